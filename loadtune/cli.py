@@ -1,0 +1,100 @@
+"""The command line: a thin typer layer over ``loadtune.scan``.
+
+Exit codes: 0 done, 2 usage or spec error, 3 no trial could be measured, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from .plan import PlanError, parse_int_list
+from .report import ProgressDisplay, print_report
+from .results import ResultError, check_writable
+from .scan import OptionsError, execute, prepare
+from .spec import SpecError
+
+EXIT_USAGE = 2
+EXIT_NOTHING_MEASURED = 3
+EXIT_INTERRUPTED = 130
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure, don't guess: tune a PyTorch DataLoader.")
+
+
+@app.callback()
+def _root() -> None:
+    """loadtune: a throughput tuner for PyTorch DataLoaders."""
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def int_list(text: Optional[str], name: str) -> Optional[list[int]]:
+    return None if text is None else parse_int_list(text, name)
+
+
+@app.command()
+def scan(
+    spec: str = typer.Argument(..., help="Spec file that builds the dataset: dataset.py or dataset.py:factory"),
+    workers: Optional[str] = typer.Option(None, help="num_workers values, e.g. 0,2,4 [default: 0,1,2,4,… up to 2× usable cores]"),
+    batch_size: Optional[str] = typer.Option(None, "--batch-size", help="batch sizes, e.g. 32,64 [default: the spec's, else 64]"),
+    prefetch: Optional[str] = typer.Option(None, help="prefetch_factor values (only with workers) [default: 2,4]"),
+    pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="fix pin_memory [default: search both with an accelerator]"),
+    persistent: Optional[bool] = typer.Option(None, "--persistent/--no-persistent", help="fix persistent_workers [default: search both]"),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda[:N] [default: cuda when available]"),
+    shuffle: Optional[bool] = typer.Option(None, "--shuffle/--no-shuffle", help="shuffle map-style datasets as training does [default: shuffle]"),
+    drop_last: Optional[bool] = typer.Option(None, "--drop-last/--no-drop-last", help="drop the short last batch [default: keep]"),
+    warmup: Optional[float] = typer.Option(None, help="seconds of warm-up per trial, discarded [default: 1.0]"),
+    block_time: Optional[float] = typer.Option(None, "--block-time", help="seconds per timed block, at least [default: 0.5]"),
+    blocks: Optional[int] = typer.Option(None, help="timed blocks per trial [default: 5]"),
+    timeout: Optional[float] = typer.Option(None, help="hard limit per trial in seconds [default: 120]"),
+    seed: Optional[int] = typer.Option(None, help="seed of the trial order and of shuffling [default: 0]"),
+    json_path: Path = typer.Option(Path("loadtune.json"), "--json", help="where to save the full result (rewritten after every trial)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display"),
+) -> None:
+    """Search DataLoader settings for a dataset, print a ranked table and a recommendation."""
+    console = Console()
+    try:
+        overrides = dict(
+            workers=int_list(workers, "--workers"),
+            batch_size=int_list(batch_size, "--batch-size"),
+            prefetch=int_list(prefetch, "--prefetch"),
+            pin=pin,
+            persistent=persistent,
+            device=device,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            warmup=warmup,
+            block_time=block_time,
+            blocks=blocks,
+            timeout=timeout,
+            seed=seed,
+        )
+        check_writable(json_path)
+        plan = prepare(spec, **overrides)
+    except (SpecError, OptionsError, PlanError, ResultError) as exc:
+        raise fail(str(exc)) from None
+    result = plan.result
+    try:
+        if quiet:
+            result = execute(plan, json_path)
+        else:
+            with ProgressDisplay(Console(stderr=True)) as display:
+                result = execute(plan, json_path, display)
+    except KeyboardInterrupt:
+        print_report(console, result)
+        console.print(f"Interrupted: {len(result.trials)} finished trials saved to {json_path}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    print_report(console, result)
+    console.print(f"Saved to {json_path}", style="dim")
+    if not result.ok_trials:
+        raise fail("no trial could be measured; see the failures above", EXIT_NOTHING_MEASURED)
+
+
+def main() -> None:
+    app(prog_name="loadtune")

@@ -1,0 +1,194 @@
+"""The timing loop of one trial (SPEC §5), run inside the trial's own process.
+
+Protocol: time to first batch (``iter`` + first ``next``: worker start-up) on its own; a warm-up
+phase that drains the prefetch queue and is discarded; then timed blocks of at least ``block_s``.
+Phases are contiguous: each ends where the next begins, and device work is synchronised only at
+those boundaries, so the overlap of loading, copying and compute stays in what is measured.
+A phase that crosses an epoch boundary ends only at an epoch boundary, so every block of a short
+dataset holds whole epochs (and the worker restarts that ``persistent_workers`` removes).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.utils.data import DataLoader
+
+from .plan import DEFAULT_PREFETCH, TrialConfig
+from .results import Block
+from .spec import LoadedSpec
+from .transfer import batch_size_of, move_to
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long to measure. ``max_s`` is a soft cap: measurement ends early (with fewer blocks)
+    rather than be killed by the hard per-trial timeout."""
+
+    warmup_s: float = 1.0
+    block_s: float = 0.5
+    blocks: int = 5
+    max_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """DataLoader arguments that are part of the user's training setup, not searched."""
+
+    shuffle: bool = True
+    drop_last: bool = False
+    seed: int = 0
+
+
+class TrialFailure(Exception):
+    """The loader could not be measured for a reason that is not an exception of the dataset's."""
+
+
+def make_loader(spec: LoadedSpec, config: TrialConfig, options: LoaderOptions) -> DataLoader:
+    shuffle = options.shuffle and not spec.iterable
+    generator = torch.Generator().manual_seed(options.seed) if shuffle else None
+    return DataLoader(
+        spec.dataset,
+        shuffle=shuffle,
+        drop_last=options.drop_last,
+        collate_fn=spec.collate_fn,
+        generator=generator,
+        **config.loader_kwargs(),
+    )
+
+
+def make_consumer(spec: LoadedSpec, config: TrialConfig, device: torch.device) -> Callable[[Any], None]:
+    """What happens to each batch: reach the device, then the spec's ``step``. Nothing else."""
+    step = spec.step
+    if config.transfer == "none":
+        return step if step is not None else (lambda batch: None)
+    non_blocking = config.transfer == "non_blocking"
+    if step is None:
+        return lambda batch: move_to(batch, device, non_blocking)
+    return lambda batch: step(move_to(batch, device, non_blocking))
+
+
+def device_sync(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+class SampleCounter:
+    """Samples per batch. For map-style datasets it is exact from the epoch position (the last batch
+    is short unless ``drop_last``); otherwise it is read off the batch, ``batch_size`` as fallback."""
+
+    def __init__(self, spec: LoadedSpec, config: TrialConfig, drop_last: bool):
+        self.batch_size = config.batch_size
+        self.position = 0
+        self.per_epoch = None
+        n = None if spec.iterable else spec.length
+        if n is not None:
+            full, rest = divmod(n, config.batch_size)
+            self.per_epoch = full if drop_last or rest == 0 else full + 1
+            self.last = config.batch_size if drop_last or rest == 0 else rest
+
+    def new_epoch(self) -> None:
+        self.position = 0
+
+    def __call__(self, batch: Any) -> int:
+        self.position += 1
+        if self.per_epoch is not None:
+            return self.last if self.position == self.per_epoch else self.batch_size
+        n = batch_size_of(batch)
+        return n if n is not None else self.batch_size
+
+
+class Meter:
+    """Drives the loader through phases of a trial and times them."""
+
+    def __init__(self, loader: DataLoader, consume: Callable, sync: Callable, count: SampleCounter):
+        self.loader, self.consume, self.sync, self.count = loader, consume, sync, count
+        self.iterator = None
+        self.pending = None
+        self.mark = 0.0
+        self.aligned = False  # set once an epoch has ended: phases then end at epoch boundaries
+
+    def _next(self) -> Any:
+        if self.iterator is None:
+            self.iterator = iter(self.loader)
+            self.count.new_epoch()
+        return next(self.iterator)
+
+    def startup(self) -> float:
+        """Seconds from ``iter(loader)`` to the first batch: worker start-up plus one batch."""
+        start = time.perf_counter()
+        try:
+            self.pending = self._next()
+        except StopIteration:
+            raise TrialFailure("the loader yielded no batch at all") from None
+        self.mark = time.perf_counter()
+        return self.mark - start
+
+    def phase(self, min_s: float, min_batches: int = 1, deadline: float = math.inf) -> Block:
+        """Consume batches for at least ``min_s`` and ``min_batches``, then synchronise the device once.
+
+        Once the trial has seen an epoch end, the dataset is short next to the measurement, and
+        phases end only at epoch boundaries: every block then holds whole epochs, with the worker
+        restarts between them that ``persistent_workers`` removes."""
+        clock = time.perf_counter
+        start = self.mark
+        samples = batches = epochs = 0
+        while True:
+            if self.pending is not None:
+                batch, self.pending = self.pending, None
+            else:
+                try:
+                    batch = self._next()
+                except StopIteration:
+                    if self.count.position == 0:
+                        raise TrialFailure("an epoch yielded no batch") from None
+                    self.iterator = None
+                    self.aligned = True
+                    epochs += 1
+                    now = clock()
+                    if (batches >= min_batches and now - start >= min_s) or now > deadline:
+                        break
+                    continue
+            self.consume(batch)
+            samples += self.count(batch)
+            batches += 1
+            now = clock()
+            if now > deadline or (not self.aligned and batches >= min_batches and now - start >= min_s):
+                break
+        self.sync()
+        self.mark = clock()
+        return Block(samples, batches, self.mark - start, epochs)
+
+
+def measure(
+    spec: LoadedSpec,
+    config: TrialConfig,
+    device: torch.device,
+    timing: Timing,
+    options: LoaderOptions,
+    emit: Callable[[str, Any], None],
+) -> None:
+    """Run one trial in this process, reporting ``("startup", s)``, ``("warmup", Block)``,
+    ``("block", Block)`` through ``emit`` as they happen, so a crash later loses none of them."""
+    deadline = time.perf_counter() + timing.max_s
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.zeros(1, device=device)  # create the context now, not inside the first timed copy
+        torch.cuda.synchronize(device)
+    loader = make_loader(spec, config, options)
+    meter = Meter(loader, make_consumer(spec, config, device), device_sync(device), SampleCounter(spec, config, options.drop_last))
+    emit("startup", meter.startup())
+    warm_batches = config.num_workers * (config.prefetch_factor or DEFAULT_PREFETCH) + 1
+    emit("warmup", meter.phase(timing.warmup_s, warm_batches, deadline))
+    for _ in range(timing.blocks):
+        if time.perf_counter() > deadline:
+            break
+        block = meter.phase(timing.block_s, 1, deadline)
+        if block.batches:
+            emit("block", block)
+    del meter, loader  # shut workers down inside the trial, not in the interpreter's exit

@@ -1,0 +1,78 @@
+"""Host memory of a process tree, counted without double-counting shared pages.
+
+Summed RSS counts a page shared by the main process and eight forked workers nine times. PSS
+(proportional set size) splits each shared page between its sharers, so the sum over the tree is
+what the tree really costs. Sampled from outside the trial, so the sampling does not take the
+trial's GIL or CPU time inside its timing loop.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from .results import MemoryUsage
+
+
+def tree_memory(pid: int) -> tuple[int, int, str]:
+    """(bytes, processes, method) of ``pid`` and all its descendants, right now."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0, "pss"
+    total, method, counted = 0, "pss", 0
+    for proc in procs:
+        try:
+            info = proc.memory_full_info()
+            pss = getattr(info, "pss", None)
+            if pss is None:  # no PSS on this platform: RSS overcounts shared pages, say so
+                method = "rss"
+                pss = info.rss
+            total += pss
+            counted += 1
+        except psutil.AccessDenied:
+            try:
+                total += proc.memory_info().rss
+                counted += 1
+                method = "rss"
+            except psutil.Error:
+                pass
+        except psutil.Error:  # exited between listing and reading
+            pass
+    return total, counted, method
+
+
+@dataclass
+class MemorySampler:
+    """Keeps the peak and a thinned series of the tree's memory while a trial runs."""
+
+    pid: int
+    interval_s: float = 0.25
+    start: float = field(default_factory=time.monotonic)
+    peak: int = 0
+    peak_processes: int = 0
+    method: str = "pss"
+    samples: list[tuple[float, int]] = field(default_factory=list)
+    _last: float = -1e9
+
+    def maybe_sample(self) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval_s:
+            return
+        self._last = now
+        total, procs, method = tree_memory(self.pid)
+        if procs == 0:
+            return
+        if method == "rss":
+            self.method = "rss"
+        self.peak = max(self.peak, total)
+        self.peak_processes = max(self.peak_processes, procs)
+        self.samples.append((round(now - self.start, 3), total))
+
+    def result(self) -> MemoryUsage | None:
+        if not self.samples:
+            return None
+        return MemoryUsage(self.peak, self.peak_processes, self.method, self.samples)

@@ -1,0 +1,161 @@
+"""The search space and the trials it expands to (SPEC §4).
+
+A ``TrialConfig`` is one DataLoader configuration plus how its batches reach the device. The grid
+never contains a combination PyTorch rejects (``prefetch_factor`` or ``persistent_workers`` without
+workers), and knobs that cannot matter on this machine are left out with a note saying why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+# How a batch reaches the device: "none" keeps it on the CPU (no accelerator), "sync" is
+# `.to(device)`, "non_blocking" is `.to(device, non_blocking=True)` (only useful from pinned memory).
+TRANSFERS = ("none", "sync", "non_blocking")
+DEFAULT_PREFETCH = 2  # PyTorch's default prefetch_factor when num_workers > 0
+
+
+class PlanError(ValueError):
+    """An invalid knob value: refused before any work, exit code 2."""
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One point of the search space."""
+
+    batch_size: int
+    num_workers: int
+    pin_memory: bool = False
+    prefetch_factor: int | None = None
+    persistent_workers: bool = False
+    transfer: str = "none"
+
+    @property
+    def key(self) -> str:
+        """Stable identity, used to match trials across saved results."""
+        return (
+            f"bs={self.batch_size},w={self.num_workers},pin={int(self.pin_memory)},"
+            f"pf={self.prefetch_factor or 0},pw={int(self.persistent_workers)},tx={self.transfer}"
+        )
+
+    @property
+    def is_pytorch_default(self) -> bool:
+        """PyTorch's defaults apart from batch size: no workers, no pinning, plain transfer."""
+        return self.num_workers == 0 and not self.pin_memory and self.transfer in ("none", "sync")
+
+    def loader_kwargs(self) -> dict:
+        """The DataLoader arguments this config sets (only valid combinations)."""
+        kwargs = {
+            "batch_size": self.batch_size,
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+        }
+        if self.num_workers > 0:
+            kwargs["prefetch_factor"] = self.prefetch_factor or DEFAULT_PREFETCH
+            kwargs["persistent_workers"] = self.persistent_workers
+        return kwargs
+
+    def label(self) -> str:
+        """Short human form for tables: ``w4 pf2 pin persist bs64``."""
+        parts = [f"w{self.num_workers}"]
+        if self.num_workers:
+            parts.append(f"pf{self.prefetch_factor or DEFAULT_PREFETCH}")
+        if self.pin_memory:
+            parts.append("pin")
+        if self.persistent_workers:
+            parts.append("persist")
+        if self.transfer not in ("none", "sync"):
+            parts.append(self.transfer.replace("_", "-"))
+        parts.append(f"bs{self.batch_size}")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrialConfig":
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A knob value that was not searched, and why (shown as a 'skipped' row)."""
+
+    what: str
+    why: str
+
+
+@dataclass
+class SearchSpace:
+    """The values of each knob; ``None`` for pin/persistent means "search both where it can matter"."""
+
+    batch_sizes: list[int]
+    workers: list[int]
+    prefetch: list[int] = field(default_factory=lambda: [2, 4])
+    pin: bool | None = None
+    persistent: bool | None = None
+
+    def validate(self) -> None:
+        checks = [
+            ("batch size", self.batch_sizes, 1),
+            ("num_workers", self.workers, 0),
+            ("prefetch_factor", self.prefetch, 1),
+        ]
+        for name, values, low in checks:
+            if not values:
+                raise PlanError(f"{name}: no values given")
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                    raise PlanError(f"{name} must be whole numbers >= {low}, got {v!r}")
+
+
+def default_workers(cores: int) -> list[int]:
+    """0, 1, 2, 4, … up to twice the usable cores (plus the core count itself)."""
+    values = {0, cores, 2 * cores}
+    w = 1
+    while w <= 2 * cores:
+        values.add(w)
+        w *= 2
+    return sorted(values)
+
+
+def parse_int_list(text: str, name: str) -> list[int]:
+    """``"0,2,4"`` -> [0, 2, 4], with a message naming the flag on bad input."""
+    try:
+        values = [int(part) for part in str(text).replace(" ", "").split(",") if part != ""]
+    except ValueError:
+        raise PlanError(f"{name}: expected comma-separated whole numbers like 0,2,4, got {text!r}") from None
+    if not values:
+        raise PlanError(f"{name}: no values given")
+    return values
+
+
+def build_grid(space: SearchSpace, accelerator: bool) -> tuple[list[TrialConfig], list[Skip]]:
+    """Every valid combination of the space, and notes for what was left out."""
+    space.validate()
+    skips: list[Skip] = []
+    if accelerator:
+        pins = [space.pin] if space.pin is not None else [False, True]
+    else:
+        pins = [False]
+        skips.append(Skip("pin_memory=True", "no accelerator: pinning only speeds host-to-device copies"))
+    persists = [space.persistent] if space.persistent is not None else [False, True]
+    configs: list[TrialConfig] = []
+    for bs in sorted(set(space.batch_sizes)):
+        for w in sorted(set(space.workers)):
+            for pin in pins:
+                transfer = ("non_blocking" if pin else "sync") if accelerator else "none"
+                if w == 0:
+                    configs.append(TrialConfig(bs, 0, pin, None, False, transfer))
+                    continue
+                for pf in sorted(set(space.prefetch)):
+                    for pw in persists:
+                        configs.append(TrialConfig(bs, w, pin, pf, pw, transfer))
+    return configs, skips
+
+
+def reference_configs(configs: list[TrialConfig], accelerator: bool) -> list[TrialConfig]:
+    """PyTorch's default config at each batch size, when the grid lacks it: the gain is measured, not assumed."""
+    present = {c.batch_size for c in configs if c.is_pytorch_default}
+    transfer = "sync" if accelerator else "none"
+    return [TrialConfig(bs, 0, False, None, False, transfer) for bs in sorted({c.batch_size for c in configs} - present)]

@@ -1,0 +1,97 @@
+"""The recommendation (SPEC §6), as pure functions of measured trials.
+
+Not merely the top row: among the configs the measured noise cannot tell from the fastest, the
+cheapest one wins (fewest workers, then least memory, then no pinning). Extra workers cost memory
+and cores that training needs too; a 1% "gain" inside the noise is not worth them.
+"""
+
+from __future__ import annotations
+
+from .plan import DEFAULT_PREFETCH, TrialConfig
+from .results import Recommendation, Trial
+from .stats import indistinguishable, ratio
+
+NOISE_FLOOR = 0.02  # medians this close (relative) are treated as equal whatever the intervals say
+MEMORY_GRAIN = 16 * 2**20  # memory differences below this are noise of the sampling, not cost
+
+
+def cost(trial: Trial) -> tuple:
+    """Sort key, cheapest first: workers, memory, pinning, then the fewest departures from defaults."""
+    c = trial.config
+    memory = trial.memory.peak_bytes // MEMORY_GRAIN if trial.memory else 0
+    return (
+        c.num_workers,
+        memory,
+        c.pin_memory,
+        (c.prefetch_factor or DEFAULT_PREFETCH) if c.num_workers else 0,
+        c.persistent_workers,
+        c.transfer != "none" and c.transfer != "sync",
+        c.batch_size,
+    )
+
+
+def baseline_for(trials: list[Trial], batch_size: int) -> Trial | None:
+    """PyTorch's defaults (no workers, no pinning) at this batch size, if measured."""
+    return next((t for t in trials if t.ok and t.config.batch_size == batch_size and t.config.is_pytorch_default), None)
+
+
+def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR) -> Recommendation | None:
+    ok = [t for t in trials if t.ok]
+    if not ok:
+        return None
+    best = max(ok, key=lambda t: t.estimate.median)
+    tied = sorted(
+        (t for t in ok if indistinguishable(t.estimate, best.estimate, noise_floor)),
+        key=cost,
+    )
+    pick = tied[0]
+    base = baseline_for(ok, pick.config.batch_size)
+    speed = ratio(pick.estimate, base.estimate) if base else None
+    return Recommendation(
+        config=pick.config,
+        best=best.config,
+        tied=[t.config for t in tied],
+        baseline=base.config if base else None,
+        speedup=speed.value if speed else None,
+        speedup_low=speed.low if speed else None,
+        speedup_high=speed.high if speed else None,
+        reason=explain(pick, best, tied),
+    )
+
+
+def explain(pick: Trial, best: Trial, tied: list[Trial]) -> str:
+    if pick is best and len(tied) == 1:
+        return "fastest config, clear of every other beyond the measured noise"
+    others = len(tied) - 1
+    cheaper = "fewest workers" if pick.config.num_workers < best.config.num_workers else "cheapest"
+    lead = "the fastest" if pick is best else f"within the noise of the fastest ({best.config.label()})"
+    return (
+        f"{lead}; {others} other config{'s' if others != 1 else ''} cannot be told apart from it, "
+        f"and this is the {cheaper} of them (fewest workers, then least memory, then no pinning)"
+    )
+
+
+def snippet(config: TrialConfig, shuffle: bool, drop_last: bool, has_collate_fn: bool) -> str:
+    """A ready-to-paste ``DataLoader(...)`` call for ``config``."""
+    args = [("batch_size", config.batch_size)]
+    if shuffle:
+        args.append(("shuffle", True))
+    if drop_last:
+        args.append(("drop_last", True))
+    args.append(("num_workers", config.num_workers))
+    if config.num_workers:
+        args.append(("prefetch_factor", config.prefetch_factor or DEFAULT_PREFETCH))
+        if config.persistent_workers:
+            args.append(("persistent_workers", True))
+    if config.pin_memory:
+        args.append(("pin_memory", True))
+    lines = ["loader = DataLoader(", "    dataset,"]
+    lines += [f"    {name}={value!r}," for name, value in args]
+    if has_collate_fn:
+        lines.append("    collate_fn=collate_fn,")
+    lines.append(")")
+    if config.transfer == "non_blocking":
+        lines.append("# in the training loop: batch = batch.to(device, non_blocking=True)")
+    elif config.transfer == "sync":
+        lines.append("# in the training loop: batch = batch.to(device)")
+    return "\n".join(lines)

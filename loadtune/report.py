@@ -1,0 +1,167 @@
+"""Rendering a ScanResult for people (SPEC §7): progress, ranked table, recommendation, snippet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from .plan import TrialConfig
+from .recommend import snippet
+from .results import ScanResult, Trial
+
+BAR_WIDTH = 10
+BLOCKS = " ▏▎▍▌▋▊▉█"
+
+
+def rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    """A relative bar with eighth-block resolution."""
+    eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
+    full, rest = divmod(eighths, 8)
+    return ("█" * full + (BLOCKS[rest] if rest else "")).ljust(width)
+
+
+def status_text(trial: Trial) -> Text:
+    if trial.ok:
+        return Text("ok", style="green")
+    return Text("failed", style="bold red")
+
+
+def ranked(result: ScanResult) -> list[Trial]:
+    """Measured trials fastest first, then failed ones in run order."""
+    ok = sorted(result.ok_trials, key=lambda t: -t.estimate.median)
+    return ok + [t for t in result.trials if not t.ok]
+
+
+def short_bytes(n: int | None) -> str:
+    """Compact memory figure for a narrow column: 412M, 1.3G."""
+    if not n:
+        return "-"
+    mib = n / 2**20
+    return f"{mib:.0f}M" if mib < 1000 else f"{mib / 1024:.1f}G"
+
+
+def trial_table(result: ScanResult) -> Table:
+    """One row per trial, fastest first; fits 80 columns (the config column wraps, never the figures)."""
+    rec = result.recommendation
+    top = max((t.estimate.median for t in result.ok_trials), default=0.0)
+    table = Table(title="DataLoader configs, fastest first", title_justify="left", header_style="bold", pad_edge=False)
+    table.add_column("#", justify="right", style="dim", no_wrap=True)
+    table.add_column("config", ratio=1, min_width=12)
+    table.add_column("samples/s", justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True, width=BAR_WIDTH)  # relative bar
+    table.add_column("start", justify="right", no_wrap=True)
+    table.add_column("mem", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for rank, trial in enumerate(ranked(result), 1):
+        est = trial.estimate
+        label = Text(trial.config.label())
+        if rec and trial.config == rec.config:
+            label.append(" ★", style="bold yellow")
+        if trial.config.is_pytorch_default:
+            label.append(" default", style="dim")
+        table.add_row(
+            str(rank) if est else "",
+            label,
+            f"{rate(est.median)} ±{est.rel_spread:.1%}" if est else "-",
+            bar(est.median / top) if est and top else "",
+            f"{trial.startup_s:.2f}s" if trial.startup_s is not None else "-",
+            short_bytes(trial.memory.peak_bytes if trial.memory else None),
+            status_text(trial),
+        )
+    for skip in result.skipped:
+        table.add_row("", Text(skip.what, style="dim"), "-", "", "-", "-", Text("skipped", style="yellow"))
+    return table
+
+
+def notes(result: ScanResult) -> list[Text]:
+    """One paragraph per failed trial and per skipped knob: the full reason the table has no room for."""
+    out = [Text(f"• {t.config.label()} failed: {t.error.message}", style="red") for t in result.trials if not t.ok and t.error]
+    out += [Text(f"• {s.what} skipped: {s.why}", style="yellow") for s in result.skipped]
+    return out
+
+
+def recommendation_panel(result: ScanResult) -> Panel:
+    rec = result.recommendation
+    if rec is None:
+        return Panel("No config could be measured: see the failures above.", title="No recommendation", border_style="red")
+    pick = result.trial(rec.config)
+    est = pick.estimate
+    lines = Text()
+    lines.append(f"{rec.config.label()}", style="bold")
+    lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} (median of {est.n} blocks)\n")
+    if rec.speedup is not None and rec.baseline != rec.config:
+        base = result.trial(rec.baseline).estimate
+        lines.append(
+            f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
+            f"at batch size {rec.baseline.batch_size}), interval {rec.speedup_low:.2f}×–{rec.speedup_high:.2f}×\n"
+        )
+    elif rec.baseline == rec.config:
+        lines.append("PyTorch's defaults (num_workers=0) are as fast as anything measured here.\n")
+    else:
+        lines.append("PyTorch's defaults were not measured at this batch size.\n")
+    lines.append(f"Why: {rec.reason}.\n")
+    if len(rec.tied) > 1:
+        lines.append("Tied within the noise: " + ", ".join(c.label() for c in rec.tied if c != rec.config) + "\n")
+    if result.state != "complete":
+        lines.append(f"Partial scan ({result.state}): {len(result.trials)} trials finished.\n", style="yellow")
+    opts = result.settings["options"]
+    code = snippet(rec.config, opts["shuffle"] and not result.spec.iterable, opts["drop_last"], result.spec.has_collate_fn)
+    return Panel(Group(lines, Syntax(code, "python", theme="ansi_dark", background_color="default")), title="Recommendation", border_style="green")
+
+
+def print_report(console: Console, result: ScanResult) -> None:
+    console.print(trial_table(result))
+    for note in notes(result):
+        console.print(note)
+    console.print(recommendation_panel(result))
+
+
+class ProgressDisplay:
+    """A ScanObserver that shows trial n of N, elapsed, ETA and the current best."""
+
+    def __init__(self, console: Console):
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[best]}"),
+            console=console,
+            transient=True,
+        )
+        self.task = None
+
+    def __enter__(self) -> "ProgressDisplay":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+    def scan_started(self, result: ScanResult, plan: list[TrialConfig]) -> None:
+        self.task = self.progress.add_task("scan", total=len(plan), best="")
+
+    def trial_started(self, index: int, config: TrialConfig) -> None:
+        self.progress.update(self.task, description=f"trial {index + 1}: {config.label()}")
+
+    def trial_event(self, kind: str, payload: Any) -> None:
+        pass
+
+    def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None:
+        rec = result.recommendation
+        best = ""
+        if rec is not None:
+            best = f"best so far: {rec.best.label()} {rate(result.trial(rec.best).estimate.median)}/s"
+        self.progress.update(self.task, advance=1, best=best)

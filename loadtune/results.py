@@ -1,0 +1,256 @@
+"""The one data model of a scan, and its JSON schema (SPEC §7).
+
+Raw figures are the record: every timed block of every trial is kept, and estimates are computed
+from them (``Trial.estimate``), never stored as the only truth. The file is rewritten atomically
+after every trial, so an interrupted scan loses no finished trial.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import __version__
+from .machine import MachineInfo
+from .plan import Skip, TrialConfig
+from .stats import Estimate, estimate
+
+SCHEMA = "loadtune/scan"
+SCHEMA_VERSION = 1
+
+
+class ResultError(ValueError):
+    """A results file that is missing, corrupt, or not ours: a clear message and exit code 2."""
+
+
+@dataclass
+class Block:
+    """One timed stretch of the loop: device work synchronised at its end, never inside."""
+
+    samples: int
+    batches: int
+    seconds: float
+    epochs: int = 0  # epoch boundaries crossed inside this block
+
+    @property
+    def rate(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class MemoryUsage:
+    """Host memory of the trial's process tree (main process + workers), sampled from outside it."""
+
+    peak_bytes: int
+    peak_processes: int
+    method: str  # "pss": shared pages split between sharers; "rss": summed, overcounts shared pages
+    samples: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, bytes)
+
+
+@dataclass
+class TrialError:
+    """Why a trial failed, in the dataset's own words where it raised."""
+
+    kind: str  # "exception" | "timeout" | "killed" | "crashed"
+    message: str
+    exception_type: str | None = None
+    traceback: str | None = None
+    log_tail: str | None = None
+
+
+@dataclass
+class Trial:
+    config: TrialConfig
+    status: str  # "ok" | "failed"
+    reference: bool = False  # added to measure PyTorch's defaults, not part of the requested grid
+    startup_s: float | None = None  # iter(loader) to first batch: worker start-up + first batch
+    warmup: Block | None = None
+    blocks: list[Block] = field(default_factory=list)
+    memory: MemoryUsage | None = None
+    error: TrialError | None = None
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and bool(self.blocks)
+
+    @property
+    def estimate(self) -> Estimate | None:
+        """Samples/s: median over blocks with its interval."""
+        return estimate([b.rate for b in self.blocks]) if self.ok else None
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["config"] = self.config.to_dict()
+        est = self.estimate
+        data["samples_per_s"] = asdict(est) if est else None  # derived, for readers; recomputed on load
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Trial":
+        data = dict(data)
+        data.pop("samples_per_s", None)
+        data["config"] = TrialConfig.from_dict(data["config"])
+        data["warmup"] = Block(**data["warmup"]) if data.get("warmup") else None
+        data["blocks"] = [Block(**b) for b in data.get("blocks", [])]
+        if data.get("memory"):
+            mem = dict(data["memory"])
+            mem["samples"] = [tuple(s) for s in mem.get("samples", [])]
+            data["memory"] = MemoryUsage(**mem)
+        data["error"] = TrialError(**data["error"]) if data.get("error") else None
+        return cls(**data)
+
+
+@dataclass
+class Recommendation:
+    """The pick and the evidence for it."""
+
+    config: TrialConfig
+    best: TrialConfig  # the fastest measured config
+    tied: list[TrialConfig]  # configs the noise cannot tell from the best, the pick among them
+    baseline: TrialConfig | None  # PyTorch's defaults at the pick's batch size
+    speedup: float | None  # pick / baseline, median ratio
+    speedup_low: float | None
+    speedup_high: float | None
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Recommendation":
+        data = dict(data)
+        for key in ("config", "best", "baseline"):
+            data[key] = TrialConfig.from_dict(data[key]) if data.get(key) else None
+        data["tied"] = [TrialConfig.from_dict(c) for c in data.get("tied", [])]
+        return cls(**data)
+
+
+@dataclass
+class SpecInfo:
+    """Which dataset was measured: enough to refuse comparing results of different specs."""
+
+    path: str | None
+    factory: str | None
+    sha256: str | None
+    dataset_type: str
+    length: int | None
+    iterable: bool
+    has_step: bool
+    has_collate_fn: bool
+
+
+@dataclass
+class ScanResult:
+    spec: SpecInfo
+    machine: MachineInfo
+    settings: dict
+    trials: list[Trial] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    recommendation: Recommendation | None = None
+    state: str = "running"  # "running" | "complete" | "interrupted"
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    loadtune_version: str = __version__
+
+    @property
+    def ok_trials(self) -> list[Trial]:
+        return [t for t in self.trials if t.ok]
+
+    def trial(self, config: TrialConfig) -> Trial | None:
+        return next((t for t in self.trials if t.config == config), None)
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "loadtune_version": self.loadtune_version,
+            "created": self.created,
+            "state": self.state,
+            "spec": asdict(self.spec),
+            "machine": self.machine.to_dict(),
+            "settings": self.settings,
+            "skipped": [asdict(s) for s in self.skipped],
+            "trials": [t.to_dict() for t in self.trials],
+            "recommendation": self.recommendation.to_dict() if self.recommendation else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ScanResult":
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise ResultError("not a loadtune scan result (no 'schema': 'loadtune/scan' field)")
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise ResultError(
+                f"schema version {data.get('schema_version')!r} is not the one this loadtune reads "
+                f"({SCHEMA_VERSION}); re-run the scan with this version"
+            )
+        try:
+            return cls(
+                spec=SpecInfo(**data["spec"]),
+                machine=MachineInfo.from_dict(data["machine"]),
+                settings=data["settings"],
+                trials=[Trial.from_dict(t) for t in data["trials"]],
+                skipped=[Skip(**s) for s in data.get("skipped", [])],
+                recommendation=Recommendation.from_dict(data["recommendation"]) if data.get("recommendation") else None,
+                state=data["state"],
+                created=data["created"],
+                loadtune_version=data["loadtune_version"],
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultError(f"malformed scan result: {type(exc).__name__}: {exc}") from None
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically: a reader (or a crash) never sees a half-written file."""
+        write_atomic(Path(path), json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ScanResult":
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ResultError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ResultError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+        try:
+            return cls.from_dict(data)
+        except ResultError as exc:
+            raise ResultError(f"{path}: {exc}") from None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file in the same folder, then rename over the target."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def check_writable(path: str | Path) -> None:
+    """Fail before the scan, not after it, when the results cannot be saved."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ResultError(f"{path}: folder {folder} does not exist")
+    if path.is_dir():
+        raise ResultError(f"{path}: is a folder; give a file name such as loadtune.json")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise ResultError(f"{path}: cannot write there: {exc.strerror or exc}") from None

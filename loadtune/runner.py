@@ -1,0 +1,198 @@
+"""Trials in isolated processes (SPEC §5): a crash, hang or leak in the dataset cannot take the scan down.
+
+Each trial runs in a fresh child process, in a session of its own so that the child and every
+DataLoader worker it starts can be killed together. Children come from a fork server that has
+already imported torch (a fresh interpreter per trial would spend ~1.5 s importing it); datasets
+given as Python objects rather than spec files are inherited by ``fork`` instead. The parent
+streams the child's figures as they come, samples the tree's memory from outside, and enforces the
+per-trial timeout.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .measure import LoaderOptions, Timing, TrialFailure, measure
+from .memory import MemorySampler
+from .plan import TrialConfig
+from .results import Trial, TrialError
+from .spec import LoadedSpec, SpecRef, load_spec
+
+LOG_TAIL_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """Everything a child needs to run one trial."""
+
+    config: TrialConfig
+    device: str
+    timing: Timing
+    options: LoaderOptions
+    timeout_s: float
+    start_method: str  # how DataLoader workers start in the user's training (a forkserver child would inherit forkserver)
+
+
+def context_for(source: SpecRef | LoadedSpec):
+    """forkserver (torch preloaded) for spec files; fork for in-memory objects, which may not pickle."""
+    methods = multiprocessing.get_all_start_methods()
+    if isinstance(source, LoadedSpec) and "fork" in methods:
+        return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["loadtune.runner"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def describe_exception(exc: BaseException) -> TrialError:
+    if isinstance(exc, TrialFailure):
+        return TrialError(kind="failure", message=str(exc))
+    message = str(exc).strip() or type(exc).__name__
+    return TrialError(
+        kind="exception",
+        message=message,
+        exception_type=type(exc).__name__,
+        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
+    )
+
+
+def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: str) -> None:
+    """Trial process entry: own session, output to a log file, figures to the parent as they come."""
+    os.setsid()
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    try:
+        import torch
+
+        multiprocessing.set_start_method(request.start_method, force=True)
+        spec = load_spec(source) if isinstance(source, SpecRef) else source
+        emit = lambda kind, payload: conn.send((kind, payload))  # noqa: E731
+        measure(spec, request.config, torch.device(request.device), request.timing, request.options, emit)
+        conn.send(("done", None))
+    except BaseException as exc:  # noqa: BLE001 - everything is reported, nothing escapes
+        try:
+            conn.send(("error", describe_exception(exc)))
+        except (OSError, ValueError):
+            pass
+    finally:
+        conn.close()
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the trial's whole session: the child and every worker it started. No orphans."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def exit_error(exitcode: int | None, log_tail: str) -> TrialError:
+    """Why a child ended without reporting: killed by a signal, or exited early."""
+    if exitcode is not None and exitcode < 0:
+        name = signal_name(exitcode)
+        hint = {
+            "SIGKILL": " (often the kernel's out-of-memory killer: try fewer workers or a smaller batch)",
+            "SIGBUS": " (often /dev/shm too small for the batches in flight)",
+            "SIGSEGV": " (a crash in native code of the dataset or a library it calls)",
+        }.get(name, "")
+        return TrialError(kind="killed", message=f"trial process killed by {name}{hint}", log_tail=log_tail)
+    return TrialError(kind="crashed", message=f"trial process exited with code {exitcode} without a result", log_tail=log_tail)
+
+
+def read_tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LOG_TAIL_CHARS))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def run_trial(
+    source: SpecRef | LoadedSpec,
+    request: TrialRequest,
+    on_event: Callable[[str, object], None] | None = None,
+) -> Trial:
+    """Run one trial in a child process and return what it measured, failed or not."""
+    ctx = context_for(source)
+    recv, send = ctx.Pipe(duplex=False)
+    fd, log_name = tempfile.mkstemp(prefix="loadtune-trial-", suffix=".log")
+    os.close(fd)
+    log_path = Path(log_name)
+    trial = Trial(config=request.config, status="failed")
+    started = time.monotonic()
+    proc = ctx.Process(target=_child, args=(source, request, send, str(log_path)), name="loadtune-trial")
+    proc.start()
+    send.close()
+    sampler = MemorySampler(proc.pid)
+    finished = False
+    try:
+        deadline = started + request.timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                trial.error = TrialError(
+                    kind="timeout",
+                    message=f"no result within the {request.timeout_s:g} s trial timeout (a hang, or a loader "
+                    "too slow for the timeout: raise --timeout)",
+                )
+                break
+            if recv.poll(min(0.05, remaining)):
+                try:
+                    kind, payload = recv.recv()
+                except EOFError:
+                    break
+                if kind == "startup":
+                    trial.startup_s = payload
+                elif kind == "warmup":
+                    trial.warmup = payload
+                elif kind == "block":
+                    trial.blocks.append(payload)
+                elif kind == "error":
+                    trial.error = payload
+                elif kind == "done":
+                    finished = True
+                if on_event:
+                    on_event(kind, payload)
+                if kind in ("done", "error"):
+                    break
+            sampler.maybe_sample()
+        if trial.error is None or trial.error.kind != "timeout":
+            proc.join(10)
+    finally:
+        kill_group(proc.pid)
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        recv.close()
+        trial.wall_s = time.monotonic() - started
+        trial.memory = sampler.result()
+    if finished and trial.blocks:
+        trial.status = "ok"
+    elif trial.error is None:
+        trial.error = exit_error(proc.exitcode, read_tail(log_path)) if not finished else TrialError(
+            kind="failure", message="no timed block completed within the time allowed; raise --timeout"
+        )
+    if trial.error is not None and trial.error.log_tail is None:
+        trial.error.log_tail = read_tail(log_path) or None
+    log_path.unlink(missing_ok=True)
+    return trial

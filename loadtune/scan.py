@@ -1,0 +1,205 @@
+"""The scan: spec -> plan -> trials -> results -> recommendation. The Python API behind the CLI.
+
+Options come in three layers, later winning: loadtune's defaults, the spec file's ``loadtune = {...}``
+dict, then explicit arguments (CLI flags). Every option is checked before any trial runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Protocol
+
+from . import machine as machine_mod
+from .measure import LoaderOptions, Timing
+from .plan import PlanError, SearchSpace, TrialConfig, build_grid, default_workers, reference_configs
+from .recommend import NOISE_FLOOR, recommend
+from .results import ScanResult, SpecInfo, Trial, check_writable
+from .runner import TrialRequest, run_trial
+from .spec import LoadedSpec, SpecRef, from_objects, load_spec
+
+DEFAULT_BATCH_SIZE = 64
+
+
+class OptionsError(ValueError):
+    """An invalid option value or an unknown option name: refused before any work, exit code 2."""
+
+
+@dataclass
+class ScanOptions:
+    """Every knob of a scan. Field names are also the keys of a spec's ``loadtune = {...}`` dict."""
+
+    batch_size: list[int] | None = None  # None: DEFAULT_BATCH_SIZE
+    workers: list[int] | None = None  # None: 0, 1, 2, 4, ... up to 2x the usable cores
+    prefetch: list[int] = field(default_factory=lambda: [2, 4])
+    pin: bool | None = None  # None: search both where an accelerator is present
+    persistent: bool | None = None  # None: search both
+    device: str | None = None  # None: "cuda" when available, else "cpu"
+    shuffle: bool = True
+    drop_last: bool = False
+    warmup: float = 1.0  # seconds of warm-up, discarded
+    block_time: float = 0.5  # seconds per timed block, at least
+    blocks: int = 5  # timed blocks per trial
+    timeout: float = 120.0  # hard limit per trial, seconds
+    noise_floor: float = NOISE_FLOOR
+    seed: int = 0  # trial order and shuffling
+
+    def validate(self) -> None:
+        for name in ("warmup", "block_time", "timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise OptionsError(f"{name} must be a positive number of seconds, got {value!r}")
+        if not isinstance(self.blocks, int) or isinstance(self.blocks, bool) or self.blocks < 1:
+            raise OptionsError(f"blocks must be a whole number >= 1, got {self.blocks!r}")
+        if not 0 <= self.noise_floor < 1:
+            raise OptionsError(f"noise_floor must be a fraction in [0, 1), got {self.noise_floor!r}")
+        if self.timeout <= self.warmup + self.block_time:
+            raise OptionsError(f"timeout ({self.timeout:g} s) leaves no time to measure; raise it")
+
+
+def as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def resolve_options(spec_defaults: dict, overrides: dict) -> ScanOptions:
+    """Merge defaults < spec dict < overrides (``None`` in overrides means "not given")."""
+    known = {f.name for f in fields(ScanOptions)}
+    merged: dict[str, Any] = {}
+    for origin, layer in (("the spec's loadtune dict", spec_defaults), ("options", overrides)):
+        for key, value in layer.items():
+            if key not in known:
+                raise OptionsError(f"unknown option {key!r} in {origin}; known: {', '.join(sorted(known))}")
+            if value is not None:
+                merged[key] = value
+    for key in ("batch_size", "workers", "prefetch"):
+        if key in merged:
+            merged[key] = as_list(merged[key])
+    opts = ScanOptions(**merged)
+    opts.validate()
+    return opts
+
+
+def pick_device(requested: str | None, info: machine_mod.MachineInfo) -> str:
+    if requested is None:
+        return "cuda" if info.has_accelerator else "cpu"
+    if requested.startswith("cuda") and not info.has_accelerator:
+        raise OptionsError(f"device {requested!r} requested but torch sees no CUDA device; use --device cpu")
+    if requested != "cpu" and not requested.startswith("cuda"):
+        raise OptionsError(f"device must be 'cpu' or 'cuda[:N]', got {requested!r}")
+    return requested
+
+
+def spec_info(spec: LoadedSpec) -> SpecInfo:
+    sha = hashlib.sha256(Path(spec.ref.path).read_bytes()).hexdigest() if spec.ref else None
+    return SpecInfo(
+        path=spec.ref.path if spec.ref else None,
+        factory=spec.ref.factory if spec.ref else None,
+        sha256=sha,
+        dataset_type=type(spec.dataset).__qualname__,
+        length=spec.length,
+        iterable=spec.iterable,
+        has_step=spec.step is not None,
+        has_collate_fn=spec.collate_fn is not None,
+    )
+
+
+class ScanObserver(Protocol):
+    """What a progress display hears about. All methods optional in spirit; implement all."""
+
+    def scan_started(self, result: ScanResult, plan: list[TrialConfig]) -> None: ...
+    def trial_started(self, index: int, config: TrialConfig) -> None: ...
+    def trial_event(self, kind: str, payload: Any) -> None: ...
+    def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None: ...
+
+
+@dataclass
+class Plan:
+    """The checked inputs of a scan, ready to run."""
+
+    source: SpecRef | LoadedSpec
+    spec: LoadedSpec
+    options: ScanOptions
+    machine: machine_mod.MachineInfo
+    device: str
+    configs: list[TrialConfig]
+    result: ScanResult
+
+
+def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
+    """Load the spec, resolve and check options, build the trial list. No trial runs here."""
+    if isinstance(dataset_or_spec, (str, Path, SpecRef)):
+        spec = load_spec(dataset_or_spec)
+        source: SpecRef | LoadedSpec = spec.ref
+    elif isinstance(dataset_or_spec, LoadedSpec):
+        spec = source = dataset_or_spec
+    else:
+        spec = source = from_objects(dataset_or_spec, overrides.pop("collate_fn", None), overrides.pop("step", None))
+    opts = resolve_options(spec.defaults, overrides)
+    info = machine_mod.collect()
+    device = pick_device(opts.device, info)
+    accelerator = device.startswith("cuda")
+    space = SearchSpace(
+        batch_sizes=opts.batch_size or [DEFAULT_BATCH_SIZE],
+        workers=opts.workers if opts.workers is not None else default_workers(info.usable_cores),
+        prefetch=opts.prefetch,
+        pin=opts.pin,
+        persistent=opts.persistent,
+    )
+    try:
+        configs, skips = build_grid(space, accelerator)
+    except PlanError as exc:
+        raise OptionsError(str(exc)) from None
+    references = reference_configs(configs, accelerator)
+    order = configs + references
+    random.Random(opts.seed).shuffle(order)  # machine drift must not favour whichever ran first
+    settings = {"options": asdict(opts), "device": device, "grid_size": len(configs)}
+    result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=skips)
+    result.settings["references"] = [c.key for c in references]
+    return Plan(source, spec, opts, info, device, order, result)
+
+
+def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObserver | None = None) -> ScanResult:
+    """Run the planned trials one by one, saving after each. On Ctrl-C the partial result is saved
+    (state "interrupted") and KeyboardInterrupt propagates."""
+    result, opts = plan.result, plan.options
+    references = set(result.settings["references"])
+    timing = Timing(warmup_s=opts.warmup, block_s=opts.block_time, blocks=opts.blocks, max_s=opts.timeout * 0.8)
+    loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
+    save = (lambda: result.save(json_path)) if json_path else (lambda: None)
+    if observer:
+        observer.scan_started(result, plan.configs)
+    save()
+    try:
+        for index, config in enumerate(plan.configs):
+            if observer:
+                observer.trial_started(index, config)
+            request = TrialRequest(config, plan.device, timing, loader_options, opts.timeout, plan.machine.start_method)
+            trial = run_trial(plan.source, request, observer.trial_event if observer else None)
+            trial.reference = config.key in references
+            result.trials.append(trial)
+            result.recommendation = recommend(result.trials, opts.noise_floor)
+            save()
+            if observer:
+                observer.trial_finished(index, trial, result)
+    except KeyboardInterrupt:
+        result.state = "interrupted"
+        result.recommendation = recommend(result.trials, opts.noise_floor)
+        save()
+        raise
+    result.state = "complete"
+    save()
+    return result
+
+
+def scan(dataset_or_spec: Any, *, json_path: str | Path | None = None, observer: ScanObserver | None = None, **options: Any) -> ScanResult:
+    """Measure the DataLoader configs of a dataset and recommend one.
+
+    ``dataset_or_spec`` is a spec file path (``"dataset.py"`` or ``"dataset.py:factory"``) or a
+    Dataset object (then ``collate_fn=`` and ``step=`` may be passed too). Options are the fields of
+    ``ScanOptions``; the result is saved to ``json_path`` after every trial when one is given.
+    """
+    if json_path:
+        check_writable(json_path)
+    return execute(prepare(dataset_or_spec, **options), json_path, observer)
