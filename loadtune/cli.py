@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from .plan import PlanError, parse_int_list
 from .report import ProgressDisplay, print_report
@@ -30,7 +31,7 @@ def _root() -> None:
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    Console(stderr=True).print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -10,9 +10,11 @@ per-trial timeout.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -51,6 +53,25 @@ def context_for(source: SpecRef | LoadedSpec):
         ctx.set_forkserver_preload(["loadtune.runner"])
         return ctx
     return multiprocessing.get_context("spawn")
+
+
+@contextlib.contextmanager
+def main_module_hidden():
+    """Start children without making them re-import the caller's ``__main__``.
+
+    forkserver (like spawn) re-runs the parent's main script in each child; a trial needs nothing
+    from it, and a user's notebook-style script without an ``if __name__ == "__main__"`` guard would
+    run again inside every trial. Hiding the attributes it keys on, for the instant of ``start()``,
+    leaves the child's ``__main__`` empty."""
+    main = sys.modules.get("__main__")
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if main and name in main.__dict__}
+    for name in saved:
+        setattr(main, name, None) if name == "__spec__" else delattr(main, name)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(main, name, value)
 
 
 def describe_exception(exc: BaseException) -> TrialError:
@@ -140,8 +161,11 @@ def run_trial(
     trial = Trial(config=request.config, status="failed")
     started = time.monotonic()
     proc = ctx.Process(target=_child, args=(source, request, send, str(log_path)), name="loadtune-trial")
-    proc.start()
+    with main_module_hidden():
+        proc.start()
     send.close()
+    if on_event:
+        on_event("process", proc.pid)  # the trial's session id too: its whole tree is killed by it
     sampler = MemorySampler(proc.pid)
     finished = False
     try:

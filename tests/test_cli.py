@@ -1,0 +1,154 @@
+"""The real CLI, end to end: real spec files, real worker processes, exit codes, table and JSON."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import loadtune
+from loadtune.results import ScanResult
+
+SPECS = Path(__file__).parent / "specs"
+QUICK = ["--warmup", "0.2", "--block-time", "0.1", "--blocks", "3", "--timeout", "30"]
+
+
+def run_cli(*args, cwd=None, timeout=240):
+    env = {**os.environ, "COLUMNS": "100", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, "-m", "loadtune", *map(str, args)],
+        capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout,
+    )
+
+
+def test_scan_end_to_end_table_snippet_and_json(tmp_path):
+    out = tmp_path / "result.json"
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--json", out, "-q", *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    text = proc.stdout
+    assert "w0 bs32" in text and "w2 pf2 bs32" in text  # both trials ranked (batch size from the spec)
+    assert "Recommendation" in text and "loader = DataLoader(" in text
+    assert "pin_memory=True" in text and "skipped" in text  # no accelerator here: said, not silently dropped
+
+    data = json.loads(out.read_text())
+    assert data["schema"] == "loadtune/scan" and data["schema_version"] == 1
+    assert data["state"] == "complete"
+    assert data["machine"]["usable_cores"] >= 1
+    assert data["spec"]["path"].endswith("tiny.py") and data["spec"]["length"] == 512
+    assert len(data["trials"]) == 2
+    for trial in data["trials"]:
+        assert trial["status"] == "ok"
+        assert len(trial["blocks"]) == 3 and all(b["samples"] > 0 and b["seconds"] > 0 for b in trial["blocks"])
+        assert trial["startup_s"] > 0 and trial["memory"]["peak_bytes"] > 0
+    workers = sorted(t["config"]["num_workers"] for t in data["trials"])
+    assert workers == [0, 2]
+    rec = data["recommendation"]
+    assert rec["config"]["num_workers"] in (0, 2)
+    assert f"num_workers={rec['config']['num_workers']}" in text
+
+    result = ScanResult.load(out)  # the saved file reads back into the same model
+    assert result.recommendation.config.num_workers == rec["config"]["num_workers"]
+
+
+def test_reference_default_config_is_measured_when_grid_lacks_it(tmp_path):
+    out = tmp_path / "r.json"
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "1", "--prefetch", "2", "--no-persistent", "--json", out, "-q", *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    refs = [t for t in data["trials"] if t["reference"]]
+    assert [t["config"]["num_workers"] for t in refs] == [0]
+    assert data["recommendation"]["baseline"]["num_workers"] == 0
+    assert data["recommendation"]["speedup"] is not None
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--workers", "-1"], "num_workers"),
+        (["--workers", "two"], "--workers"),
+        (["--batch-size", "0"], "batch size"),
+        (["--prefetch", "0"], "prefetch_factor"),
+        (["--blocks", "0"], "blocks"),
+        (["--device", "cuda"], "cuda"),
+        (["--json", "/nonexistent-folder/x.json"], "does not exist"),
+    ],
+)
+def test_invalid_flags_are_refused_before_any_work(tmp_path, args, needle):
+    proc = run_cli("scan", SPECS / "tiny.py", *args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "loadtune.json").exists()  # refused before a result was started
+
+
+def test_spec_errors_exit_2_naming_file_and_line(tmp_path):
+    missing = run_cli("scan", tmp_path / "nope.py")
+    assert missing.returncode == 2 and "nope.py" in missing.stderr and "no such spec file" in missing.stderr
+
+    bad = tmp_path / "broken.py"
+    bad.write_text("import torch\n\ndef dataset(:\n    pass\n")
+    proc = run_cli("scan", bad)
+    assert proc.returncode == 2 and "broken.py:3" in proc.stderr and "syntax error" in proc.stderr
+
+    empty = tmp_path / "empty_ds.py"
+    empty.write_text("import torch\nfrom torch.utils.data import TensorDataset\n\ndef dataset():\n    return TensorDataset(torch.zeros(0, 3))\n")
+    proc = run_cli("scan", empty)
+    assert proc.returncode == 2 and "length 0" in proc.stderr
+
+    none = tmp_path / "no_dataset.py"
+    none.write_text("x = 1\n")
+    proc = run_cli("scan", none)
+    assert proc.returncode == 2 and "defines no 'dataset'" in proc.stderr
+    for p in (missing, proc):
+        assert "Traceback" not in p.stderr
+
+
+def test_every_trial_failing_exits_3_with_the_dataset_error(tmp_path):
+    out = tmp_path / "f.json"
+    proc = run_cli("scan", SPECS / "failing.py", "--workers", "0,1", "--prefetch", "2", "--no-persistent", "--json", out, "-q", *QUICK)
+    assert proc.returncode == 3
+    assert "corrupt record at index 77" in proc.stdout
+    data = json.loads(out.read_text())
+    assert len(data["trials"]) == 2 and all(t["status"] == "failed" for t in data["trials"])
+    assert data["recommendation"] is None
+
+
+def test_factory_selection_and_console_script(tmp_path):
+    spec = tmp_path / "two_sets.py"
+    spec.write_text(
+        "import torch\nfrom torch.utils.data import TensorDataset\n"
+        "def dataset():\n    raise RuntimeError('not this one')\n"
+        "def make_val_set():\n    return TensorDataset(torch.arange(40.0).reshape(20, 2))\n"
+    )
+    script = Path(sys.executable).parent / "loadtune"
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "loadtune"]
+    proc = subprocess.run(
+        [*cmd, "scan", f"{spec}:make_val_set", "--workers", "0", "--batch-size", "4", "--json", tmp_path / "v.json", "-q", *QUICK],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "v.json").read_text())["spec"]["factory"] == "make_val_set"
+
+
+class Doubling:  # not a torch Dataset: any object with __len__ and __getitem__ loads
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        import torch
+
+        return torch.tensor([2.0 * i])
+
+
+def test_python_api_with_an_in_memory_dataset(tmp_path):
+    result = loadtune.scan(
+        Doubling(), workers=[0, 1], prefetch=[2], persistent=False, batch_size=8,
+        warmup=0.1, block_time=0.05, blocks=2, json_path=tmp_path / "api.json",
+    )
+    assert isinstance(result, loadtune.ScanResult)
+    assert result.state == "complete" and len(result.ok_trials) == 2
+    assert result.recommendation is not None
+    assert ScanResult.load(tmp_path / "api.json").to_dict()["trials"] == result.to_dict()["trials"]

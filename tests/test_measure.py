@@ -1,0 +1,80 @@
+"""The timing loop on real DataLoaders, in this process (no isolation), so its counting can be checked."""
+
+from pathlib import Path
+
+import torch
+
+from loadtune.measure import LoaderOptions, Meter, SampleCounter, Timing, make_consumer, make_loader, measure
+from loadtune.plan import TrialConfig
+from loadtune.spec import from_objects, load_spec
+
+SPECS = Path(__file__).parent / "specs"
+
+
+def meter_for(spec, config, drop_last=False):
+    loader = make_loader(spec, config, LoaderOptions(shuffle=False, drop_last=drop_last))
+    return Meter(loader, make_consumer(spec, config, torch.device("cpu")), lambda: None, SampleCounter(spec, config, drop_last))
+
+
+def test_short_dataset_blocks_hold_whole_epochs_and_count_the_short_batch():
+    spec = load_spec(SPECS / "short_epoch.py")  # 10 samples, batch size 4: batches of 4, 4, 2
+    meter = meter_for(spec, TrialConfig(batch_size=4, num_workers=0))
+    meter.startup()
+    warm = meter.phase(0.01)
+    assert warm.epochs >= 1
+    for _ in range(3):
+        block = meter.phase(0.01)
+        assert block.epochs >= 1
+        assert block.samples == 10 * block.epochs  # whole epochs, the short last batch counted as 2
+        assert block.batches == 3 * block.epochs
+
+
+def test_drop_last_counts_only_full_batches():
+    spec = load_spec(SPECS / "short_epoch.py")
+    meter = meter_for(spec, TrialConfig(batch_size=4, num_workers=0), drop_last=True)
+    meter.startup()
+    meter.phase(0.01)
+    block = meter.phase(0.01)
+    assert block.samples == 8 * block.epochs
+    assert block.batches == 2 * block.epochs
+
+
+def test_phases_are_contiguous_and_at_least_min_time():
+    spec = load_spec(SPECS / "tiny.py")
+    meter = meter_for(spec, TrialConfig(batch_size=32, num_workers=2, prefetch_factor=2))
+    meter.startup()
+    blocks = [meter.phase(0.05) for _ in range(3)]
+    assert all(b.seconds >= 0.05 for b in blocks)
+    assert all(b.samples > 0 and b.rate > 0 for b in blocks)
+
+
+class Counting(torch.utils.data.Dataset):
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        return torch.tensor([i])
+
+
+def test_step_sees_every_batch_and_figures_are_emitted_in_order():
+    seen = []
+    spec = from_objects(Counting(), step=lambda batch: seen.append(int(batch.shape[0])))
+    events = []
+    config = TrialConfig(batch_size=8, num_workers=2, prefetch_factor=2, persistent_workers=True)
+    timing = Timing(warmup_s=0.05, block_s=0.05, blocks=3)
+    measure(spec, config, torch.device("cpu"), timing, LoaderOptions(), lambda k, p: events.append((k, p)))
+    kinds = [k for k, _ in events]
+    assert kinds[:2] == ["startup", "warmup"] and kinds[2:] == ["block"] * 3
+    phases = [p for k, p in events if k != "startup"]
+    assert len(seen) == sum(p.batches for p in phases)  # the step ran once per batch, none skipped
+    assert sum(seen) == sum(p.samples for p in phases)  # and the samples counted are those delivered
+
+
+def test_warmup_drains_the_prefetch_queue():
+    spec = load_spec(SPECS / "tiny.py")
+    events = []
+    config = TrialConfig(batch_size=4, num_workers=2, prefetch_factor=4)
+    measure(spec, config, torch.device("cpu"), Timing(warmup_s=0.001, block_s=0.01, blocks=1), LoaderOptions(),
+            lambda k, p: events.append((k, p)))
+    warm = dict(events)["warmup"]
+    assert warm.batches >= 2 * 4 + 1  # workers x prefetch_factor batches can be queued before timing starts

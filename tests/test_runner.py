@@ -1,0 +1,100 @@
+"""Trials in isolated processes with real DataLoader workers: results, failures, timeouts, no orphans."""
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loadtune.measure import LoaderOptions, Timing
+from loadtune.runner import TrialRequest, run_trial
+from loadtune.plan import TrialConfig
+from loadtune.spec import SpecRef
+
+SPECS = Path(__file__).parent / "specs"
+QUICK = Timing(warmup_s=0.1, block_s=0.1, blocks=2, max_s=20)
+
+
+def request(config, timeout=30.0, timing=QUICK):
+    return TrialRequest(config, "cpu", timing, LoaderOptions(shuffle=False), timeout, "fork")
+
+
+def live_group_members(pgid):
+    """Processes of the trial's session still running (killed ones may linger as zombies until
+    init reaps them: dead, holding no memory)."""
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc.pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return members
+
+
+def test_trial_with_workers_measures_and_counts_every_process():
+    config = TrialConfig(batch_size=32, num_workers=2, prefetch_factor=2)
+    trial = run_trial(SpecRef.parse(SPECS / "tiny.py"), request(config))
+    assert trial.status == "ok", trial.error
+    assert len(trial.blocks) == 2 and trial.estimate.median > 0
+    assert trial.startup_s is not None and trial.startup_s > 0
+    assert trial.memory.peak_processes == 3  # the trial's main process and its two workers
+    assert trial.memory.method in ("pss", "rss") and trial.memory.peak_bytes > 10 * 2**20
+
+
+def test_dataset_exception_fails_the_trial_with_its_own_type_and_message():
+    config = TrialConfig(batch_size=16, num_workers=2, prefetch_factor=2)
+    trial = run_trial(SpecRef.parse(SPECS / "failing.py"), request(config))
+    assert trial.status == "failed"
+    assert trial.error.kind == "exception"
+    assert trial.error.exception_type == "ValueError"
+    assert "corrupt record at index 77" in trial.error.message
+
+
+def test_hang_hits_the_timeout_and_leaves_no_process_behind():
+    pids = []
+    config = TrialConfig(batch_size=8, num_workers=2, prefetch_factor=2)
+    trial = run_trial(
+        SpecRef.parse(SPECS / "hanging.py"),
+        request(config, timeout=4.0),
+        on_event=lambda kind, payload: pids.append(payload) if kind == "process" else None,
+    )
+    assert trial.status == "failed" and trial.error.kind == "timeout"
+    assert 4.0 <= trial.wall_s < 20
+    assert pids and live_group_members(pids[0]) == []  # the child and both workers are gone
+
+
+def test_trial_killed_by_a_signal_is_reported(tmp_path):
+    spec = tmp_path / "suicidal.py"
+    spec.write_text(
+        "import os, signal, torch\n"
+        "from torch.utils.data import Dataset\n"
+        "class D(Dataset):\n"
+        "    def __len__(self): return 8\n"
+        "    def __getitem__(self, i):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "def dataset(): return D()\n"
+    )
+    trial = run_trial(SpecRef.parse(spec), request(TrialConfig(batch_size=4, num_workers=0)))
+    assert trial.status == "failed"
+    assert trial.error.kind == "killed" and "SIGKILL" in trial.error.message
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_user_prints_stay_out_of_our_output(capfd, tmp_path, workers):
+    spec = tmp_path / f"chatty{workers}.py"
+    spec.write_text(
+        "import torch\n"
+        "from torch.utils.data import Dataset\n"
+        "class D(Dataset):\n"
+        "    def __len__(self): return 64\n"
+        "    def __getitem__(self, i):\n"
+        "        print('loading', i)\n"
+        "        return torch.zeros(2)\n"
+        "def dataset(): return D()\n"
+    )
+    config = TrialConfig(batch_size=8, num_workers=workers, prefetch_factor=2 if workers else None)
+    trial = run_trial(SpecRef.parse(spec), request(config))
+    assert trial.ok
+    out, err = capfd.readouterr()
+    assert "loading" not in out and "loading" not in err

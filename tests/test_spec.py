@@ -1,0 +1,363 @@
+"""Loading the user's dataset spec file (loadtune/spec.py, SPEC §3)."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from loadtune.spec import LoadedSpec, SpecError, SpecRef, from_objects, load_spec, module_name_for
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def write_spec(tmp_path):
+    """Write a spec file with a module name unique to this test; forget the modules afterwards."""
+    made: list[str] = []
+    path_before = list(sys.path)
+
+    def write(source: str, stem: str | None = None) -> Path:
+        stem = stem or f"lt_spec_{next(_counter)}_{tmp_path.name.replace('-', '_')}"
+        path = tmp_path / f"{stem}.py"
+        path.write_text(textwrap.dedent(source))
+        made.append(module_name_for(path))
+        return path
+
+    yield write
+    for name in made:
+        module = sys.modules.get(name)
+        if module is not None and str(tmp_path) in str(getattr(module, "__file__", "")):
+            del sys.modules[name]
+    sys.path[:] = path_before
+
+
+SQUARES = textwrap.dedent(
+    """
+    import torch
+    from torch.utils.data import Dataset
+
+    class Squares(Dataset):
+        def __init__(self, n=10):
+            self.n = n
+        def __len__(self):
+            return self.n
+        def __getitem__(self, i):
+            return torch.tensor([float(i * i)])
+    """
+)
+
+
+def test_dataset_factory_function(write_spec):
+    path = write_spec(SQUARES + "\ndef dataset():\n    return Squares(7)\n")
+    spec = load_spec(path)
+    assert isinstance(spec, LoadedSpec)
+    assert len(spec.dataset) == 7
+    assert spec.length == 7
+    assert not spec.iterable
+    assert spec.dataset[3].item() == 9.0
+    assert spec.collate_fn is None and spec.step is None
+    assert spec.defaults == {}
+    assert spec.ref == SpecRef(str(path.resolve()), "dataset")
+
+
+def test_module_level_dataset_object(write_spec):
+    path = write_spec(SQUARES + "\ndataset = Squares(5)\n")
+    spec = load_spec(str(path))
+    assert type(spec.dataset).__name__ == "Squares"
+    assert spec.length == 5
+    # the object itself, not something it returned when called
+    assert spec.dataset is sys.modules[spec.module_name].dataset
+
+
+def test_factory_selected_after_colon(write_spec):
+    path = write_spec(
+        SQUARES
+        + """
+def dataset():
+    return Squares(3)
+
+def make_train_set():
+    return Squares(11)
+"""
+    )
+    spec = load_spec(f"{path}:make_train_set")
+    assert spec.length == 11
+    assert spec.ref.factory == "make_train_set"
+    assert str(spec.ref).endswith(":make_train_set")
+    # the default factory is still the plain one
+    assert load_spec(path).length == 3
+
+
+def test_specref_parse_without_factory_keeps_default():
+    ref = SpecRef.parse("some/dir/data.py")
+    assert ref.factory == "dataset"
+    assert ref.path == str(Path("some/dir/data.py").resolve())
+    assert str(ref) == ref.path
+
+
+def test_optional_hooks_and_defaults_picked_up(write_spec):
+    path = write_spec(
+        SQUARES
+        + """
+def dataset():
+    return Squares(4)
+
+def collate_fn(items):
+    return torch.cat(items)
+
+def step(batch):
+    return batch.sum()
+
+loadtune = {"batch_size": 16, "workers": [0, 2]}
+"""
+    )
+    spec = load_spec(path)
+    module = sys.modules[spec.module_name]
+    assert spec.collate_fn is module.collate_fn
+    assert spec.step is module.step
+    assert spec.defaults == {"batch_size": 16, "workers": [0, 2]}
+    # defaults are a copy: changing them does not change the module's dict
+    spec.defaults["batch_size"] = 1
+    assert module.loadtune["batch_size"] == 16
+    batch = spec.collate_fn([spec.dataset[i] for i in range(4)])
+    assert batch.tolist() == [0.0, 1.0, 4.0, 9.0]
+
+
+def test_module_registered_under_stem_and_folder_on_sys_path(write_spec, tmp_path):
+    path = write_spec(SQUARES + "\ndef dataset():\n    return Squares(2)\n")
+    spec = load_spec(path)
+    assert spec.module_name == path.stem
+    module = sys.modules[path.stem]
+    assert Path(module.__file__).resolve() == path.resolve()
+    assert str(path.resolve().parent) in sys.path
+    # classes defined in the spec are importable by their qualified name, as pickle needs
+    assert type(spec.dataset).__module__ == path.stem
+    # loading again returns the registered module, not a second copy
+    again = load_spec(path)
+    assert type(again.dataset) is type(spec.dataset)
+
+
+def test_non_identifier_stem_gets_a_valid_module_name(write_spec):
+    path = write_spec(SQUARES + "\ndef dataset():\n    return Squares(2)\n", stem=f"my-spec-{next(_counter)}")
+    spec = load_spec(path)
+    assert spec.module_name.isidentifier()
+    assert spec.module_name in sys.modules
+
+
+def test_module_name_taken_by_another_module_is_refused(write_spec):
+    path = write_spec(SQUARES + "\ndef dataset():\n    return Squares(2)\n", stem="json")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert "json" in str(info.value) and "rename" in str(info.value)
+    assert sys.modules["json"].__file__ != str(path)
+
+
+def test_spawn_workers_unpickle_dataset_defined_in_spec(write_spec):
+    path = write_spec(
+        """
+        import torch
+        from torch.utils.data import Dataset
+
+        class Cubes(Dataset):
+            def __len__(self):
+                return 10
+            def __getitem__(self, i):
+                return torch.tensor([i, i ** 3])
+
+        def dataset():
+            return Cubes()
+        """
+    )
+    spec = load_spec(path)
+    loader = DataLoader(spec.dataset, batch_size=4, num_workers=1, multiprocessing_context="spawn")
+    batches = list(loader)
+    assert [b.shape[0] for b in batches] == [4, 4, 2]
+    rows = torch.cat(batches).tolist()
+    assert rows == [[i, i**3] for i in range(10)]
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nowhere_to_be_found.py"
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(path) in str(info.value)
+    assert "no such spec file" in str(info.value)
+
+
+def test_directory_is_not_a_spec(tmp_path):
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path)
+    assert "not a file" in str(info.value)
+
+
+def test_syntax_error_names_file_and_line(write_spec):
+    path = write_spec(
+        """
+        import torch
+
+        def dataset():
+            return [1, 2, 3
+
+        x = 1
+        """
+    )
+    bad_line = next(i for i, l in enumerate(path.read_text().splitlines(), 1) if "[1, 2, 3" in l)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    err = info.value
+    assert "syntax error" in str(err)
+    assert str(path.resolve()) in str(err)
+    assert err.line is not None
+    # Python reports an unclosed bracket at the bracket's line
+    assert err.line == bad_line
+    assert f":{bad_line}:" in str(err)
+    assert path.stem not in sys.modules
+
+
+def test_syntax_error_simple_line(write_spec):
+    path = write_spec("a = 1\nb = 2\nc = = 3\nd = 4\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert f"{path.resolve()}:3:" in str(info.value)
+    assert info.value.line == 3
+
+
+def test_exception_at_import_names_line(write_spec):
+    path = write_spec("import torch\n\nvalue = 1\nraise RuntimeError('boom at import')\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    msg = str(info.value)
+    assert "RuntimeError" in msg and "boom at import" in msg
+    assert info.value.line == 4
+    assert f"{path.resolve()}:4:" in msg
+    # a failed import leaves no half-initialised module behind
+    assert path.stem not in sys.modules
+
+
+def test_import_error_in_called_helper_names_deepest_spec_line(write_spec):
+    path = write_spec("def helper():\n    return 1 / 0\n\nx = helper()\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert "ZeroDivisionError" in str(info.value)
+    assert info.value.line == 2
+
+
+def test_no_dataset_defined(write_spec):
+    path = write_spec("x = 1\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    msg = str(info.value)
+    assert str(path.resolve()) in msg
+    assert "'dataset'" in msg and "define dataset()" in msg
+
+
+def test_named_factory_missing(write_spec):
+    path = write_spec(SQUARES + "\ndef dataset():\n    return Squares(2)\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(f"{path}:make_val_set")
+    assert "'make_val_set'" in str(info.value)
+
+
+def test_factory_raising_names_line(write_spec):
+    path = write_spec("def dataset():\n    x = 1\n    raise ValueError('no data here')\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    msg = str(info.value)
+    assert "dataset() raised ValueError: no data here" in msg
+    assert info.value.line == 3
+    assert f"{path.resolve()}:3:" in msg
+
+
+def test_dataset_of_length_zero(write_spec):
+    path = write_spec(SQUARES + "\ndef dataset():\n    return Squares(0)\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert "length 0" in str(info.value)
+    assert str(path.resolve()) in str(info.value)
+
+
+def test_factory_returning_non_dataset(write_spec):
+    path = write_spec("def dataset():\n    return 42\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert "int" in str(info.value) and "not a Dataset" in str(info.value)
+
+
+def test_len_raising_names_line(write_spec):
+    path = write_spec(
+        """
+        from torch.utils.data import Dataset
+
+        class Broken(Dataset):
+            def __len__(self):
+                raise OSError('index file gone')
+            def __getitem__(self, i):
+                return i
+
+        def dataset():
+            return Broken()
+        """
+    )
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert "OSError" in str(info.value) and "index file gone" in str(info.value)
+    assert info.value.line == 6
+
+
+def test_loadtune_not_a_dict(write_spec):
+    path = write_spec(SQUARES + "\ndef dataset():\n    return Squares(2)\n\nloadtune = [('batch_size', 8)]\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    msg = str(info.value)
+    assert "'loadtune' must be a dict" in msg and "list" in msg
+    assert str(path.resolve()) in msg
+
+
+@pytest.mark.parametrize("hook", ["collate_fn", "step"])
+def test_non_callable_hook(write_spec, hook):
+    path = write_spec(SQUARES + f"\ndef dataset():\n    return Squares(2)\n\n{hook} = 'not a function'\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    msg = str(info.value)
+    assert f"'{hook}' must be callable" in msg and "str" in msg
+
+
+def test_iterable_dataset_accepted_without_len(write_spec):
+    path = write_spec(
+        """
+        from torch.utils.data import IterableDataset
+
+        class Stream(IterableDataset):
+            def __iter__(self):
+                return iter(range(3))
+
+        def dataset():
+            return Stream()
+        """
+    )
+    spec = load_spec(path)
+    assert spec.iterable
+    assert spec.length is None
+
+
+def test_from_objects():
+    class Tiny(Dataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return i
+
+    spec = from_objects(Tiny())
+    assert spec.length == 3 and spec.ref is None
+    with pytest.raises(SpecError, match="length 0"):
+        from_objects([])

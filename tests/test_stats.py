@@ -1,0 +1,170 @@
+"""Estimates with their own noise (loadtune/stats.py)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from loadtune.stats import Estimate, _binom_cdf, estimate, indistinguishable, median_interval, ratio
+
+
+def est(median: float, low: float, high: float) -> Estimate:
+    return Estimate(median=median, low=low, high=high, q1=low, q3=high, n=5)
+
+
+# ---------------------------------------------------------------- estimate
+
+
+def test_estimate_odd_known_data():
+    e = estimate([5.0, 1.0, 4.0, 2.0, 3.0])
+    assert e.median == 3.0
+    assert (e.q1, e.q3) == (2.0, 4.0)
+    assert (e.low, e.high) == (1.0, 5.0)
+    assert e.n == 5
+
+
+def test_estimate_even_known_data():
+    e = estimate([10, 20, 30, 40, 50, 60, 70, 80, 90, 100])
+    assert e.median == 55.0
+    assert e.q1 == pytest.approx(32.5)
+    assert e.q3 == pytest.approx(77.5)
+    assert (e.low, e.high) == (20, 90)
+    assert e.n == 10
+
+
+def test_estimate_single_value():
+    e = estimate([7.0])
+    assert e.median == e.low == e.high == e.q1 == e.q3 == 7.0
+    assert e.n == 1
+    assert e.rel_spread == 0.0
+
+
+def test_estimate_empty_raises():
+    with pytest.raises(ValueError):
+        estimate([])
+
+
+def test_estimate_outlier_moves_median_little():
+    e = estimate([100, 101, 99, 100, 1])  # one GC pause
+    assert e.median == 100
+
+
+# ---------------------------------------------------------------- median_interval
+
+
+def test_median_interval_n5_is_min_max():
+    assert median_interval([3, 9, 1, 7, 5]) == (1, 9)
+
+
+def test_median_interval_n10_is_second_and_ninth():
+    xs = [float(i) for i in range(1, 11)]
+    random.Random(1).shuffle(xs)
+    assert median_interval(xs) == (2.0, 9.0)  # x_(2), x_(9), 1-based
+
+
+def test_median_interval_tiny_samples():
+    assert median_interval([4.0]) == (4.0, 4.0)
+    assert median_interval([4.0, 2.0]) == (2.0, 4.0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 8, 10, 15, 20, 31, 50])
+def test_median_interval_contains_median_and_has_coverage(n):
+    rng = random.Random(n)
+    xs = [rng.uniform(50, 150) for _ in range(n)]
+    e = estimate(xs)
+    assert e.low <= e.median <= e.high
+    lo, hi = median_interval(xs)
+    s = sorted(xs)
+    k = s.index(lo) + 1  # 1-based rank of the low end
+    assert s.index(hi) == n - k  # symmetric: x_(k) .. x_(n+1-k)
+    # coverage of x_(k) .. x_(n+1-k) is 1 - 2 P(X <= k-1), X ~ Binomial(n, 1/2)
+    if k > 1:
+        # the interval used keeps coverage >= 95% ...
+        assert 1 - 2 * _binom_cdf(k - 1, n) >= 0.95
+    if k < n // 2:
+        # ... and is the narrowest symmetric one that does
+        assert 1 - 2 * _binom_cdf(k, n) < 0.95
+
+
+def test_median_interval_lower_confidence_is_narrower():
+    xs = list(range(1, 21))
+    lo95, hi95 = median_interval(xs, 0.95)
+    lo50, hi50 = median_interval(xs, 0.50)
+    assert lo95 <= lo50 and hi50 <= hi95
+    assert (hi50 - lo50) < (hi95 - lo95)
+
+
+# ---------------------------------------------------------------- rel_spread
+
+
+def test_rel_spread_uses_wider_side():
+    assert est(100, 90, 105).rel_spread == pytest.approx(0.10)
+    assert est(100, 98, 120).rel_spread == pytest.approx(0.20)
+
+
+def test_rel_spread_of_zero_median_is_infinite():
+    assert est(0, 0, 0).rel_spread == math.inf
+
+
+# ---------------------------------------------------------------- indistinguishable
+
+
+def test_overlapping_intervals_are_indistinguishable():
+    a, b = est(100, 95, 105), est(103, 101, 108)
+    assert indistinguishable(a, b)
+    assert indistinguishable(b, a)
+
+
+def test_touching_intervals_are_indistinguishable():
+    assert indistinguishable(est(100, 95, 105), est(110, 105, 115))
+
+
+def test_separated_intervals_are_distinguishable():
+    a, b = est(100, 98, 102), est(150, 148, 152)
+    assert not indistinguishable(a, b)
+    assert not indistinguishable(b, a)
+
+
+def test_floor_merges_close_medians_with_tight_intervals():
+    a, b = est(100, 99.9, 100.1), est(101.5, 101.4, 101.6)  # 1.48% apart, intervals disjoint
+    assert not indistinguishable(a, b)
+    assert not indistinguishable(a, b, floor=0.01)
+    assert indistinguishable(a, b, floor=0.02)
+    assert indistinguishable(b, a, floor=0.02)
+
+
+def test_floor_relative_to_larger_median():
+    a, b = est(98, 98, 98), est(100, 100, 100)
+    assert indistinguishable(a, b, floor=0.02)  # 2/100 == floor
+    assert not indistinguishable(a, b, floor=0.019)
+
+
+def test_zero_medians_not_merged_by_floor():
+    assert not indistinguishable(est(0, 0, 0), est(5, 5, 5), floor=0.5)
+
+
+# ---------------------------------------------------------------- ratio
+
+
+def test_ratio_value_and_conservative_interval():
+    a = est(200, 180, 220)
+    b = est(100, 90, 110)
+    r = ratio(a, b)
+    assert r.value == pytest.approx(2.0)
+    assert r.low == pytest.approx(180 / 110)
+    assert r.high == pytest.approx(220 / 90)
+    assert r.low <= r.value <= r.high
+
+
+def test_ratio_of_equal_point_estimates():
+    r = ratio(est(50, 50, 50), est(50, 50, 50))
+    assert (r.value, r.low, r.high) == (1.0, 1.0, 1.0)
+
+
+def test_ratio_with_zero_denominator_is_infinite():
+    r = ratio(est(10, 9, 11), est(0, 0, 0))
+    assert r.value == math.inf
+    r = ratio(est(10, 9, 11), est(5, 0, 6))  # low end of the baseline at zero
+    assert r.high == math.inf
