@@ -16,32 +16,45 @@ import psutil
 from .results import MemoryUsage
 
 
+def process_memory(proc: psutil.Process) -> tuple[int, str] | None:
+    """(bytes, method) of one process: PSS where the OS offers it, RSS otherwise; None if gone."""
+    try:
+        pss = getattr(proc.memory_full_info(), "pss", None)
+        if pss is not None:
+            return pss, "pss"
+    except psutil.AccessDenied:
+        pass
+    except psutil.Error:  # exited between listing and reading
+        return None
+    try:
+        return proc.memory_info().rss, "rss"
+    except psutil.Error:
+        return None
+
+
 def tree_memory(pid: int) -> tuple[int, int, str]:
-    """(bytes, processes, method) of ``pid`` and all its descendants, right now."""
+    """(bytes, processes, method) of ``pid``, all its descendants, and its fork parent's share.
+
+    A trial is forked from a process that already imported torch; the pages it inherited are
+    shared with that parent, and PSS charges half of each to the parent. Adding the parent's PSS
+    counts them whole, as a standalone training process would hold them."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
+        parent = root.parent()
     except psutil.Error:
         return 0, 0, "pss"
-    total, method, counted = 0, "pss", 0
+    total, counted, method = 0, 0, "pss"
     for proc in procs:
-        try:
-            info = proc.memory_full_info()
-            pss = getattr(info, "pss", None)
-            if pss is None:  # no PSS on this platform: RSS overcounts shared pages, say so
-                method = "rss"
-                pss = info.rss
-            total += pss
+        got = process_memory(proc)
+        if got is not None:
+            total += got[0]
             counted += 1
-        except psutil.AccessDenied:
-            try:
-                total += proc.memory_info().rss
-                counted += 1
-                method = "rss"
-            except psutil.Error:
-                pass
-        except psutil.Error:  # exited between listing and reading
-            pass
+            method = "rss" if got[1] == "rss" else method
+    if parent is not None and counted:
+        got = process_memory(parent)
+        if got is not None and got[1] == "pss":
+            total += got[0]
     return total, counted, method
 
 

@@ -152,3 +152,27 @@ def test_python_api_with_an_in_memory_dataset(tmp_path):
     assert result.state == "complete" and len(result.ok_trials) == 2
     assert result.recommendation is not None
     assert ScanResult.load(tmp_path / "api.json").to_dict()["trials"] == result.to_dict()["trials"]
+
+
+def test_ctrl_c_prints_and_saves_the_finished_trials(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "partial.json"
+    cmd = [sys.executable, "-m", "loadtune", "scan", str(SPECS / "tiny.py"), "--workers", "0,1,2", "--prefetch", "2,4",
+           "--json", str(out), "-q", "--warmup", "0.3", "--block-time", "0.3", "--blocks", "3"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "COLUMNS": "100"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait for the first finished trial on disk
+        if out.exists() and json.loads(out.read_text())["trials"]:
+            break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Interrupted" in stdout and "Recommendation" in stdout
+    data = json.loads(out.read_text())
+    assert data["state"] == "interrupted"
+    assert 1 <= len(data["trials"]) < 9
+    assert all(t["status"] == "ok" for t in data["trials"])  # the trial cut short is not saved as a result
