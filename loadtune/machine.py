@@ -46,16 +46,16 @@ def cgroup_v2_dirs(root: Path = CGROUP_ROOT) -> list[Path]:
 
 def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> float | None:
     """The tightest CPU quota of this process's cgroups, in CPUs, or None when there is none."""
+    reads = [lambda d=d: parse_cpu_max((d / "cpu.max").read_text()) for d in cgroup_v2_dirs(root) if (d / "cpu.max").exists()]
+    v1 = root / "cpu"
+    if (v1 / "cpu.cfs_quota_us").exists():
+        reads.append(lambda: parse_cfs((v1 / "cpu.cfs_quota_us").read_text(), (v1 / "cpu.cfs_period_us").read_text()))
     limits = []
-    try:
-        for d in cgroup_v2_dirs(root):
-            if (d / "cpu.max").exists():
-                limits.append(parse_cpu_max((d / "cpu.max").read_text()))
-        v1 = root / "cpu" / "cpu.cfs_quota_us"
-        if v1.exists():
-            limits.append(parse_cfs(v1.read_text(), (root / "cpu" / "cpu.cfs_period_us").read_text()))
-    except (OSError, ValueError):
-        pass
+    for read in reads:  # one unreadable or malformed file must not hide the others
+        try:
+            limits.append(read())
+        except (OSError, ValueError):
+            pass
     limits = [x for x in limits if x is not None]
     return min(limits) if limits else None
 

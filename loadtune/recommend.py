@@ -7,6 +7,8 @@ and cores that training needs too; a 1% "gain" inside the noise is not worth the
 
 from __future__ import annotations
 
+import math
+
 from .plan import DEFAULT_PREFETCH, TrialConfig
 from .results import Recommendation, Trial
 from .stats import indistinguishable, ratio
@@ -18,7 +20,7 @@ MEMORY_GRAIN = 16 * 2**20  # memory differences below this are noise of the samp
 def cost(trial: Trial) -> tuple:
     """Sort key, cheapest first: workers, memory, pinning, then the fewest departures from defaults."""
     c = trial.config
-    memory = trial.memory.peak_bytes // MEMORY_GRAIN if trial.memory else 0
+    memory = trial.memory.peak_bytes // MEMORY_GRAIN if trial.memory else float("inf")  # unknown is not cheap
     return (
         c.num_workers,
         memory,
@@ -54,7 +56,7 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR) -> Recommen
         baseline=base.config if base else None,
         speedup=speed.value if speed else None,
         speedup_low=speed.low if speed else None,
-        speedup_high=speed.high if speed else None,
+        speedup_high=speed.high if speed and math.isfinite(speed.high) else None,
         reason=explain(pick, best, tied),
     )
 

@@ -85,7 +85,14 @@ def trial_table(result: ScanResult) -> Table:
 
 def notes(result: ScanResult) -> list[Text]:
     """One paragraph per failed trial and per skipped knob: the full reason the table has no room for."""
-    out = [Text(f"• {t.config.label()} failed: {t.error.message}", style="red") for t in result.trials if not t.ok and t.error]
+    failed = [t for t in result.trials if not t.ok and t.error]
+    same = {(t.error.kind, t.error.exception_type, t.error.index) for t in failed}
+    if len(failed) > 1 and len(failed) == len(result.trials) and len(same) == 1:  # say it once, plainly
+        out = [Text(f"• Every trial failed the same way: {failed[0].error.message}", style="red")]
+    else:
+        out = [Text(f"• {t.config.label()} failed: {t.error.message}", style="red") for t in failed]
+    for t in result.trials:
+        out += [Text(f"• {t.config.label()}: {w}", style="yellow") for w in t.warnings]
     out += [Text(f"• {s.what} skipped: {s.why}", style="yellow") for s in result.skipped]
     return out
 
@@ -103,7 +110,8 @@ def recommendation_panel(result: ScanResult) -> Panel:
         base = result.trial(rec.baseline).estimate
         lines.append(
             f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
-            f"at batch size {rec.baseline.batch_size}), interval {rec.speedup_low:.2f}×–{rec.speedup_high:.2f}×\n"
+            f"at batch size {rec.baseline.batch_size}), interval {rec.speedup_low:.2f}×–"
+            + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n")
         )
     elif rec.baseline == rec.config:
         lines.append("PyTorch's defaults (num_workers=0) are as fast as anything measured here.\n")

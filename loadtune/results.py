@@ -55,11 +55,12 @@ class MemoryUsage:
 class TrialError:
     """Why a trial failed, in the dataset's own words where it raised."""
 
-    kind: str  # "exception" | "timeout" | "killed" | "crashed"
-    message: str
+    kind: str  # exception | collate | worker_killed | cuda_oom | timeout | killed | crashed | failure
+    message: str  # one paragraph: what happened, where, what to do
     exception_type: str | None = None
     traceback: str | None = None
     log_tail: str | None = None
+    index: int | None = None  # the dataset index that raised, when it could be found
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Trial:
     blocks: list[Block] = field(default_factory=list)
     memory: MemoryUsage | None = None
     error: TrialError | None = None
+    warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
 
     @property
@@ -213,6 +215,8 @@ class ScanResult:
             text = path.read_text()
         except OSError as exc:
             raise ResultError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ResultError(f"{path}: not a text file, so not a loadtune result") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -227,6 +231,9 @@ def write_atomic(path: Path, text: str) -> None:
     """Write to a temporary file in the same folder, then rename over the target."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a results file is for others to read too
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

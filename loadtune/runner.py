@@ -17,11 +17,11 @@ import signal
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .faults import diagnose
 from .measure import LoaderOptions, Timing, TrialFailure, measure
 from .memory import MemorySampler
 from .plan import TrialConfig
@@ -74,18 +74,6 @@ def main_module_hidden():
             setattr(main, name, value)
 
 
-def describe_exception(exc: BaseException) -> TrialError:
-    if isinstance(exc, TrialFailure):
-        return TrialError(kind="failure", message=str(exc))
-    message = str(exc).strip() or type(exc).__name__
-    return TrialError(
-        kind="exception",
-        message=message,
-        exception_type=type(exc).__name__,
-        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
-    )
-
-
 def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: str) -> None:
     """Trial process entry: own session, output to a log file, figures to the parent as they come."""
     os.setsid()
@@ -96,13 +84,18 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
         import torch
 
         multiprocessing.set_start_method(request.start_method, force=True)
+        spec = None
         spec = load_spec(source) if isinstance(source, SpecRef) else source
         emit = lambda kind, payload: conn.send((kind, payload))  # noqa: E731
         measure(spec, request.config, torch.device(request.device), request.timing, request.options, emit)
         conn.send(("done", None))
     except BaseException as exc:  # noqa: BLE001 - everything is reported, nothing escapes
+        if isinstance(exc, TrialFailure):
+            error = TrialError(kind="failure", message=str(exc))
+        else:
+            error = diagnose(exc, spec.dataset if spec else None, request.config.batch_size)
         try:
-            conn.send(("error", describe_exception(exc)))
+            conn.send(("error", error))
         except (OSError, ValueError):
             pass
     finally:
@@ -190,6 +183,8 @@ def run_trial(
                     trial.warmup = payload
                 elif kind == "block":
                     trial.blocks.append(payload)
+                elif kind == "warning":
+                    trial.warnings.append(payload)
                 elif kind == "error":
                     trial.error = payload
                 elif kind == "done":

@@ -47,13 +47,21 @@ class ScanOptions:
     seed: int = 0  # trial order and shuffling
 
     def validate(self) -> None:
+        for name in ("pin", "persistent", "shuffle", "drop_last"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (value is None and name in ("pin", "persistent")):
+                raise OptionsError(f"{name} must be true or false, got {value!r}")
+        if self.device is not None and not isinstance(self.device, str):
+            raise OptionsError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
         for name in ("warmup", "block_time", "timeout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise OptionsError(f"{name} must be a positive number of seconds, got {value!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise OptionsError(f"seed must be a whole number, got {self.seed!r}")
         if not isinstance(self.blocks, int) or isinstance(self.blocks, bool) or self.blocks < 1:
             raise OptionsError(f"blocks must be a whole number >= 1, got {self.blocks!r}")
-        if not 0 <= self.noise_floor < 1:
+        if not isinstance(self.noise_floor, (int, float)) or isinstance(self.noise_floor, bool) or not 0 <= self.noise_floor < 1:
             raise OptionsError(f"noise_floor must be a fraction in [0, 1), got {self.noise_floor!r}")
         if self.timeout <= self.warmup + self.block_time:
             raise OptionsError(f"timeout ({self.timeout:g} s) leaves no time to measure; raise it")

@@ -99,8 +99,8 @@ def import_spec(path: Path) -> Any:
     name = module_name_for(path)
     existing = sys.modules.get(name)
     if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() == path:
-        return existing
-    if existing is not None:
+        del sys.modules[name]  # the same spec again (a notebook re-run): read the file as it is now
+    elif existing is not None:
         raise SpecError(
             f"the module name {name!r} is already taken by {getattr(existing, '__file__', 'a built-in module')}; "
             "rename the spec file",
@@ -116,6 +116,10 @@ def import_spec(path: Path) -> Any:
         module_spec.loader.exec_module(module)
     except SyntaxError as exc:
         del sys.modules[name]
+        if exc.filename and Path(exc.filename).resolve() != path:  # in a module the spec imports
+            raise SpecError(
+                f"syntax error in {exc.filename}:{exc.lineno}, imported by the spec: {exc.msg}", path, spec_line(exc, path)
+            ) from None
         raise SpecError(f"syntax error: {exc.msg}", path, spec_line(exc, path)) from None
     except Exception as exc:
         del sys.modules[name]

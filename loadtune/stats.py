@@ -83,6 +83,6 @@ class Ratio:
 
 
 def ratio(a: Estimate, b: Estimate) -> Ratio:
-    if b.median <= 0 or b.low <= 0:
+    if b.median <= 0:
         return Ratio(math.inf, math.inf, math.inf)
-    return Ratio(a.median / b.median, a.low / b.high, a.high / b.low)
+    return Ratio(a.median / b.median, a.low / b.high, a.high / b.low if b.low > 0 else math.inf)

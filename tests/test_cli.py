@@ -110,7 +110,9 @@ def test_every_trial_failing_exits_3_with_the_dataset_error(tmp_path):
     out = tmp_path / "f.json"
     proc = run_cli("scan", SPECS / "failing.py", "--workers", "0,1", "--prefetch", "2", "--no-persistent", "--json", out, "-q", *QUICK)
     assert proc.returncode == 3
-    assert "corrupt record at index 77" in proc.stdout
+    text = " ".join(proc.stdout.split())  # rich wraps long lines at the terminal width
+    assert "Every trial failed the same way: the dataset raised ValueError at index 77" in text
+    assert "corrupt record at index 77" in text
     data = json.loads(out.read_text())
     assert len(data["trials"]) == 2 and all(t["status"] == "failed" for t in data["trials"])
     assert data["recommendation"] is None

@@ -138,9 +138,11 @@ def test_module_registered_under_stem_and_folder_on_sys_path(write_spec, tmp_pat
     assert str(path.resolve().parent) in sys.path
     # classes defined in the spec are importable by their qualified name, as pickle needs
     assert type(spec.dataset).__module__ == path.stem
-    # loading again returns the registered module, not a second copy
+    # loading again reads the file as it is now (a notebook re-run after an edit), and re-registers it
+    path.write_text(SQUARES + "\ndef dataset():\n    return Squares(5)\n")
     again = load_spec(path)
-    assert type(again.dataset) is type(spec.dataset)
+    assert again.length == 5
+    assert sys.modules[path.stem] is not module and type(again.dataset).__module__ == path.stem
 
 
 def test_non_identifier_stem_gets_a_valid_module_name(write_spec):
@@ -361,3 +363,23 @@ def test_from_objects():
     assert spec.length == 3 and spec.ref is None
     with pytest.raises(SpecError, match="length 0"):
         from_objects([])
+
+
+def test_spec_can_import_a_sibling_module(write_spec, tmp_path):
+    helper = f"lt_helper_{next(_counter)}"
+    (tmp_path / f"{helper}.py").write_text("SIZE = 6\n")
+    path = write_spec(SQUARES + f"\nimport {helper}\n\ndef dataset():\n    return Squares({helper}.SIZE)\n")
+    try:
+        assert load_spec(path).length == 6
+    finally:
+        sys.modules.pop(helper, None)
+
+
+def test_syntax_error_in_imported_helper_names_the_helper(write_spec, tmp_path):
+    helper = f"lt_bad_helper_{next(_counter)}"
+    (tmp_path / f"{helper}.py").write_text("ok = 1\nx = = 2\n")
+    path = write_spec(f"import os\nimport {helper}\n\ndef dataset():\n    return [1]\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    msg = str(info.value)
+    assert f"{helper}.py" in msg and "2" in msg.split(f"{helper}.py", 1)[1]
