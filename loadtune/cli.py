@@ -15,7 +15,7 @@ from rich.text import Text
 from .plan import PlanError, parse_int_list
 from .report import ProgressDisplay, print_report
 from .results import ResultError, check_writable
-from .scan import OptionsError, execute, prepare
+from .scan import OptionsError, execute, prepare, resume_from
 from .spec import SpecError
 
 EXIT_USAGE = 2
@@ -56,6 +56,7 @@ def scan(
     timeout: Optional[float] = typer.Option(None, help="hard limit per trial in seconds [default: 120]"),
     seed: Optional[int] = typer.Option(None, help="seed of the trial order and of shuffling [default: 0]"),
     json_path: Path = typer.Option(Path("loadtune.json"), "--json", help="where to save the full result (rewritten after every trial)"),
+    resume: bool = typer.Option(False, "--resume", help="continue the interrupted scan saved at --json, without re-running its finished trials"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display"),
 ) -> None:
     """Search DataLoader settings for a dataset, print a ranked table and a recommendation."""
@@ -78,6 +79,8 @@ def scan(
         )
         check_writable(json_path)
         plan = prepare(spec, **overrides)
+        if resume:
+            resume_from(plan, json_path)
     except (SpecError, OptionsError, PlanError, ResultError) as exc:
         raise fail(str(exc)) from None
     result = plan.result

@@ -16,7 +16,7 @@ from typing import Any
 from .results import TrialError
 
 WORKER_CAUGHT = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
-WORKER_SIGNAL = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: (.+?)\.? *$", re.M)
+WORKER_SIGNAL = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.\n]+)")
 WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
 LOCATE_BUDGET_S = 10.0
 
@@ -44,10 +44,24 @@ def original_error(exc: BaseException) -> tuple[str, str, int | None]:
     return name, message.strip() or name, worker
 
 
+def chain_text(exc: BaseException) -> str:
+    """The messages of ``exc`` and the exceptions it was raised from: PyTorch reports a killed worker
+    as "exited unexpectedly", caused by the message that names the signal."""
+    parts, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        parts.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(parts)
+
+
 def in_collate(exc: BaseException) -> bool:
     """Did the failure happen while collating samples into a batch (not in the dataset)?"""
-    text = str(exc) + "".join(traceback.format_tb(exc.__traceback__))
-    tail = text.split("Original Traceback", 1)[-1]
+    text = str(exc)
+    if "Original Traceback" in text:  # from a worker: its traceback is in the message
+        tail = text.split("Original Traceback", 1)[1]
+    else:
+        tail = "".join(traceback.format_tb(exc.__traceback__))
     frames = re.findall(r'File "([^"]+)", line \d+, in (\w+)', tail)
     return bool(frames) and ("collate" in frames[-1][0] or "collate" in frames[-1][1])
 
@@ -74,7 +88,7 @@ def locate_index(dataset: Any, exc_type: str, budget_s: float = LOCATE_BUDGET_S)
 def diagnose(exc: BaseException, dataset: Any = None, batch_size: int | None = None) -> TrialError:
     """A TrialError whose message is one paragraph a user can act on."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
-    text = str(exc)
+    text = chain_text(exc)
     if type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in text:
         return TrialError(
             kind="cuda_oom",
@@ -112,3 +126,48 @@ def diagnose(exc: BaseException, dataset: Any = None, batch_size: int | None = N
         traceback=tb,
         index=index,
     )
+
+
+def first_tensor(batch: Any):
+    """The first tensor leaf of a batch, or None."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch
+    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    for value in values:
+        found = first_tensor(value)
+        if found is not None:
+            return found
+    return None
+
+
+class DuplicateDetector:
+    """Spots an IterableDataset that every worker replays in full (no sharding by worker id).
+
+    With ``in_order`` the first ``num_workers`` batches come one from each worker; if any equals the
+    first, the workers are yielding the same samples, and the throughput counts copies."""
+
+    def __init__(self, num_workers: int):
+        self.num_workers = num_workers
+        self.first: list[Any] = []
+
+    def see(self, batch: Any) -> None:
+        if len(self.first) < self.num_workers:
+            tensor = first_tensor(batch)
+            if tensor is not None:
+                self.first.append(tensor.detach().clone())
+
+    @property
+    def duplicated(self) -> bool:
+        import torch
+
+        head = self.first[0] if self.first else None
+        return head is not None and any(t.shape == head.shape and torch.equal(t, head) for t in self.first[1:])
+
+    def warning(self) -> str:
+        return (
+            f"the IterableDataset yields the same samples from each of the {self.num_workers} workers: each "
+            "worker replays the whole stream, so training would see duplicates. Shard it in __iter__ with "
+            "torch.utils.data.get_worker_info() (id and num_workers)"
+        )

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import DataLoader
 
+from .faults import DuplicateDetector
 from .plan import DEFAULT_PREFETCH, TrialConfig
 from .results import Block
 from .spec import LoadedSpec
@@ -184,7 +185,14 @@ def measure(
     meter = Meter(loader, make_consumer(spec, config, device), device_sync(device), SampleCounter(spec, config, options.drop_last))
     emit("startup", meter.startup())
     warm_batches = config.num_workers * (config.prefetch_factor or DEFAULT_PREFETCH) + 1
+    consume, detector = meter.consume, None
+    if spec.iterable and config.num_workers > 1:  # look at the first batch of each worker, untimed
+        detector = DuplicateDetector(config.num_workers)
+        meter.consume = lambda batch: (detector.see(batch), consume(batch))
     emit("warmup", meter.phase(timing.warmup_s, warm_batches, deadline))
+    meter.consume = consume
+    if detector is not None and detector.duplicated:
+        emit("warning", detector.warning())
     for _ in range(timing.blocks):
         if time.perf_counter() > deadline:
             break

@@ -167,6 +167,9 @@ class ProgressDisplay:
     def trial_event(self, kind: str, payload: Any) -> None:
         pass
 
+    def trial_skipped(self, index: int, config: TrialConfig) -> None:
+        self.progress.update(self.task, advance=1)
+
     def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None:
         rec = result.recommendation
         best = ""

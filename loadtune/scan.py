@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from . import machine as machine_mod
 from .measure import LoaderOptions, Timing
-from .plan import PlanError, SearchSpace, TrialConfig, build_grid, default_workers, reference_configs
+from .plan import PlanError, SearchSpace, Skip, TrialConfig, build_grid, default_workers, reference_configs
 from .recommend import NOISE_FLOOR, recommend
 from .results import ScanResult, SpecInfo, Trial, check_writable
 from .runner import TrialRequest, run_trial
@@ -120,6 +120,7 @@ class ScanObserver(Protocol):
     def trial_started(self, index: int, config: TrialConfig) -> None: ...
     def trial_event(self, kind: str, payload: Any) -> None: ...
     def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None: ...
+    def trial_skipped(self, index: int, config: TrialConfig) -> None: ...
 
 
 @dataclass
@@ -162,10 +163,33 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     references = reference_configs(configs, accelerator)
     order = configs + references
     random.Random(opts.seed).shuffle(order)  # machine drift must not favour whichever ran first
-    settings = {"options": asdict(opts), "device": device, "grid_size": len(configs)}
+    settings = {
+        "options": asdict(opts),
+        "device": device,
+        "grid_size": len(configs),
+        "references": [c.key for c in references],
+        "planned": [c.key for c in order],
+    }
     result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=skips)
-    result.settings["references"] = [c.key for c in references]
     return Plan(source, spec, opts, info, device, order, result)
+
+
+def resume_from(plan: Plan, json_path: str | Path | None) -> None:
+    """Continue the scan saved at ``json_path`` instead of starting afresh: its finished trials are
+    kept and not re-run. Refused when the spec file or the planned grid differ: trials would not compare."""
+    if not json_path or not Path(json_path).exists():
+        raise OptionsError(f"nothing to resume: {json_path} does not exist")
+    old, new = ScanResult.load(json_path), plan.result
+    if (old.spec.sha256, old.spec.factory, old.spec.dataset_type) != (new.spec.sha256, new.spec.factory, new.spec.dataset_type):
+        raise OptionsError("cannot resume: the saved scan is of a different spec (the file or factory changed); start a new scan")
+    mine = {k: v for k, v in new.settings["options"].items() if k != "timeout"}
+    theirs = {k: v for k, v in old.settings.get("options", {}).items() if k != "timeout"}
+    changed = sorted(k for k in mine if mine[k] != theirs.get(k))
+    if changed or old.settings.get("planned") != new.settings["planned"] or old.settings.get("device") != new.settings["device"]:
+        what = f"options {', '.join(changed)} differ" if changed else "the grid differs"
+        raise OptionsError(f"cannot resume: {what} from the saved scan; use the same flags, or start a new scan")
+    old.state = "running"
+    plan.result = old
 
 
 def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObserver | None = None) -> ScanResult:
@@ -176,17 +200,28 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     timing = Timing(warmup_s=opts.warmup, block_s=opts.block_time, blocks=opts.blocks, max_s=opts.timeout * 0.8)
     loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
     save = (lambda: result.save(json_path)) if json_path else (lambda: None)
+    done = {t.config.key for t in result.trials}  # finished before a resume
+    todo = [c for c in plan.configs if c.key not in done]
     if observer:
-        observer.scan_started(result, plan.configs)
+        observer.scan_started(result, todo)
     save()
+    oom_batch = None  # CUDA ran out of memory at this batch size: larger ones cannot fit either
     try:
-        for index, config in enumerate(plan.configs):
+        for index, config in enumerate(todo):
+            if oom_batch is not None and config.batch_size >= oom_batch:
+                result.skipped.append(Skip(config.label(), f"CUDA out of memory at batch size {oom_batch}"))
+                save()
+                if observer:
+                    observer.trial_skipped(index, config)
+                continue
             if observer:
                 observer.trial_started(index, config)
             request = TrialRequest(config, plan.device, timing, loader_options, opts.timeout, plan.machine.start_method)
             trial = run_trial(plan.source, request, observer.trial_event if observer else None)
             trial.reference = config.key in references
             result.trials.append(trial)
+            if trial.error is not None and trial.error.kind == "cuda_oom":
+                oom_batch = min(oom_batch or config.batch_size, config.batch_size)
             result.recommendation = recommend(result.trials, opts.noise_floor)
             save()
             if observer:
@@ -201,13 +236,24 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     return result
 
 
-def scan(dataset_or_spec: Any, *, json_path: str | Path | None = None, observer: ScanObserver | None = None, **options: Any) -> ScanResult:
+def scan(
+    dataset_or_spec: Any,
+    *,
+    json_path: str | Path | None = None,
+    observer: ScanObserver | None = None,
+    resume: bool = False,
+    **options: Any,
+) -> ScanResult:
     """Measure the DataLoader configs of a dataset and recommend one.
 
     ``dataset_or_spec`` is a spec file path (``"dataset.py"`` or ``"dataset.py:factory"``) or a
     Dataset object (then ``collate_fn=`` and ``step=`` may be passed too). Options are the fields of
     ``ScanOptions``; the result is saved to ``json_path`` after every trial when one is given.
+    With ``resume=True`` an interrupted scan saved at ``json_path`` is continued.
     """
     if json_path:
         check_writable(json_path)
-    return execute(prepare(dataset_or_spec, **options), json_path, observer)
+    plan = prepare(dataset_or_spec, **options)
+    if resume:
+        resume_from(plan, json_path)
+    return execute(plan, json_path, observer)
