@@ -22,6 +22,7 @@ from .faults import DuplicateDetector
 from .plan import DEFAULT_PREFETCH, TrialConfig
 from .results import Block
 from .spec import LoadedSpec
+from .stats import estimate
 from .transfer import batch_size_of, move_to
 
 
@@ -32,8 +33,18 @@ class Timing:
 
     warmup_s: float = 1.0
     block_s: float = 0.5
-    blocks: int = 5
+    blocks: int = 10  # at most
     max_s: float = 60.0
+    min_blocks: int = 3
+    target_spread: float = 0.0  # stop once the median's interval is this tight (relative); 0: run all blocks
+
+    def enough(self, rates: list[float]) -> bool:
+        """Blocks keep coming until the estimate is as precise as asked, as blocked_autorange does."""
+        if len(rates) >= self.blocks:
+            return True
+        if len(rates) < self.min_blocks or self.target_spread <= 0:
+            return False
+        return estimate(rates).rel_spread <= self.target_spread
 
 
 @dataclass(frozen=True)
@@ -193,10 +204,10 @@ def measure(
     meter.consume = consume
     if detector is not None and detector.duplicated:
         emit("warning", detector.warning())
-    for _ in range(timing.blocks):
-        if time.perf_counter() > deadline:
-            break
+    rates: list[float] = []
+    while not timing.enough(rates) and time.perf_counter() < deadline:
         block = meter.phase(timing.block_s, 1, deadline)
         if block.batches:
+            rates.append(block.rate)
             emit("block", block)
     del meter, loader  # shut workers down inside the trial, not in the interpreter's exit

@@ -71,9 +71,10 @@ class MemorySampler:
     samples: list[tuple[float, int]] = field(default_factory=list)
     _last: float = -1e9
 
-    def maybe_sample(self) -> None:
+    def maybe_sample(self, force: bool = False) -> None:
+        """Sample if ``interval_s`` has passed (or now, when forced: e.g. once the workers exist)."""
         now = time.monotonic()
-        if now - self._last < self.interval_s:
+        if now - self._last < self.interval_s and not force:
             return
         self._last = now
         total, procs, method = tree_memory(self.pid)

@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 
 from .plan import DEFAULT_PREFETCH, TrialConfig
-from .results import Recommendation, Trial
+from .results import ConfigResult, Recommendation, Trial, by_config
 from .stats import indistinguishable, ratio
 
 NOISE_FLOOR = 0.02  # medians this close (relative) are treated as equal whatever the intervals say
 MEMORY_GRAIN = 16 * 2**20  # memory differences below this are noise of the sampling, not cost
 
 
-def cost(trial: Trial) -> tuple:
+def cost(trial: ConfigResult | Trial) -> tuple:
     """Sort key, cheapest first: workers, memory, pinning, then the fewest departures from defaults."""
     c = trial.config
     memory = trial.memory.peak_bytes // MEMORY_GRAIN if trial.memory else float("inf")  # unknown is not cheap
@@ -32,22 +32,29 @@ def cost(trial: Trial) -> tuple:
     )
 
 
-def baseline_for(trials: list[Trial], batch_size: int) -> Trial | None:
+def baseline_for(configs: list[ConfigResult], batch_size: int) -> ConfigResult | None:
     """PyTorch's defaults (no workers, no pinning) at this batch size, if measured."""
-    return next((t for t in trials if t.ok and t.config.batch_size == batch_size and t.config.is_pytorch_default), None)
+    return next((c for c in configs if c.ok and c.config.batch_size == batch_size and c.config.is_pytorch_default), None)
+
+
+def contenders(configs: list[ConfigResult], noise_floor: float = NOISE_FLOOR) -> list[ConfigResult]:
+    """The fastest measured config and every config the noise cannot tell from it, cheapest first."""
+    ok = [c for c in configs if c.ok]
+    if not ok:
+        return []
+    best = max(ok, key=lambda c: c.estimate.median)
+    return sorted((c for c in ok if indistinguishable(c.estimate, best.estimate, noise_floor)), key=cost)
 
 
 def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR) -> Recommendation | None:
-    ok = [t for t in trials if t.ok]
-    if not ok:
+    """Pool the runs of each config, then pick the cheapest of the contenders."""
+    configs = by_config(trials)
+    tied = contenders(configs, noise_floor)
+    if not tied:
         return None
-    best = max(ok, key=lambda t: t.estimate.median)
-    tied = sorted(
-        (t for t in ok if indistinguishable(t.estimate, best.estimate, noise_floor)),
-        key=cost,
-    )
+    best = max(tied, key=lambda c: c.estimate.median)
     pick = tied[0]
-    base = baseline_for(ok, pick.config.batch_size)
+    base = baseline_for(configs, pick.config.batch_size)
     speed = ratio(pick.estimate, base.estimate) if base else None
     return Recommendation(
         config=pick.config,
@@ -61,7 +68,7 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR) -> Recommen
     )
 
 
-def explain(pick: Trial, best: Trial, tied: list[Trial]) -> str:
+def explain(pick: ConfigResult, best: ConfigResult, tied: list[ConfigResult]) -> str:
     if pick is best and len(tied) == 1:
         return "fastest config, clear of every other beyond the measured noise"
     others = len(tied) - 1

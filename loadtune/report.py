@@ -13,7 +13,7 @@ from rich.text import Text
 
 from .plan import TrialConfig
 from .recommend import snippet
-from .results import ScanResult, Trial
+from .results import ConfigResult, ScanResult, Trial
 
 BAR_WIDTH = 10
 BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -30,16 +30,18 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> str:
     return ("█" * full + (BLOCKS[rest] if rest else "")).ljust(width)
 
 
-def status_text(trial: Trial) -> Text:
-    if trial.ok:
-        return Text("ok", style="green")
+def status_text(config: ConfigResult) -> Text:
+    runs = len(config.trials)
+    if config.ok:
+        return Text("ok" if runs == 1 else f"ok ×{runs}", style="green")
     return Text("failed", style="bold red")
 
 
-def ranked(result: ScanResult) -> list[Trial]:
-    """Measured trials fastest first, then failed ones in run order."""
-    ok = sorted(result.ok_trials, key=lambda t: -t.estimate.median)
-    return ok + [t for t in result.trials if not t.ok]
+def ranked(result: ScanResult) -> list[ConfigResult]:
+    """Measured configs fastest first, then failed ones in run order."""
+    configs = result.configs
+    ok = sorted((c for c in configs if c.ok), key=lambda c: -c.estimate.median)
+    return ok + [c for c in configs if not c.ok]
 
 
 def short_bytes(n: int | None) -> str:
@@ -53,7 +55,7 @@ def short_bytes(n: int | None) -> str:
 def trial_table(result: ScanResult) -> Table:
     """One row per trial, fastest first; fits 80 columns (the config column wraps, never the figures)."""
     rec = result.recommendation
-    top = max((t.estimate.median for t in result.ok_trials), default=0.0)
+    top = max((t.estimate.median for t in result.configs if t.ok), default=0.0)
     table = Table(title="DataLoader configs, fastest first", title_justify="left", header_style="bold", pad_edge=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("config", ratio=1, min_width=12)
@@ -85,13 +87,14 @@ def trial_table(result: ScanResult) -> Table:
 
 def notes(result: ScanResult) -> list[Text]:
     """One paragraph per failed trial and per skipped knob: the full reason the table has no room for."""
-    failed = [t for t in result.trials if not t.ok and t.error]
-    same = {(t.error.kind, t.error.exception_type, t.error.index) for t in failed}
-    if len(failed) > 1 and len(failed) == len(result.trials) and len(same) == 1:  # say it once, plainly
+    configs = result.configs
+    failed = [c for c in configs if not c.ok and c.error]
+    same = {(c.error.kind, c.error.exception_type, c.error.index) for c in failed}
+    if len(failed) > 1 and len(failed) == len(configs) and len(same) == 1:  # say it once, plainly
         out = [Text(f"• Every trial failed the same way: {failed[0].error.message}", style="red")]
     else:
-        out = [Text(f"• {t.config.label()} failed: {t.error.message}", style="red") for t in failed]
-    for t in result.trials:
+        out = [Text(f"• {c.config.label()} failed: {c.error.message}", style="red") for c in failed]
+    for t in configs:
         out += [Text(f"• {t.config.label()}: {w}", style="yellow") for w in t.warnings]
     out += [Text(f"• {s.what} skipped: {s.why}", style="yellow") for s in result.skipped]
     return out
@@ -101,13 +104,15 @@ def recommendation_panel(result: ScanResult) -> Panel:
     rec = result.recommendation
     if rec is None:
         return Panel("No config could be measured: see the failures above.", title="No recommendation", border_style="red")
-    pick = result.trial(rec.config)
+    pick = result.config_result(rec.config)
     est = pick.estimate
     lines = Text()
     lines.append(f"{rec.config.label()}", style="bold")
-    lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} (median of {est.n} blocks)\n")
+    runs = sum(1 for t in pick.trials if t.ok)
+    lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} (median of {est.n} blocks"
+                 + (f" over {runs} runs)\n" if runs > 1 else ")\n"))
     if rec.speedup is not None and rec.baseline != rec.config:
-        base = result.trial(rec.baseline).estimate
+        base = result.config_result(rec.baseline).estimate
         lines.append(
             f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
             f"at batch size {rec.baseline.batch_size}), interval {rec.speedup_low:.2f}×–"
@@ -174,5 +179,5 @@ class ProgressDisplay:
         rec = result.recommendation
         best = ""
         if rec is not None:
-            best = f"best so far: {rec.best.label()} {rate(result.trial(rec.best).estimate.median)}/s"
+            best = f"best so far: {rec.best.label()} {rate(result.config_result(rec.best).estimate.median)}/s"
         self.progress.update(self.task, advance=1, best=best)

@@ -75,6 +75,7 @@ class Trial:
     error: TrialError | None = None
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    round: int = 0  # 0: the search; 1, 2, ...: contenders re-measured side by side
 
     @property
     def ok(self) -> bool:
@@ -105,6 +106,63 @@ class Trial:
             data["memory"] = MemoryUsage(**mem)
         data["error"] = TrialError(**data["error"]) if data.get("error") else None
         return cls(**data)
+
+
+@dataclass
+class ConfigResult:
+    """Every run of one config, pooled: what the table ranks and the recommendation weighs.
+
+    Pooling the blocks of runs made at different times puts the machine's drift into the interval,
+    which the blocks of a single run cannot show."""
+
+    config: TrialConfig
+    trials: list[Trial]
+
+    @property
+    def ok(self) -> bool:
+        return any(t.ok for t in self.trials)
+
+    @property
+    def blocks(self) -> list[Block]:
+        return [b for t in self.trials if t.ok for b in t.blocks]
+
+    @property
+    def estimate(self) -> Estimate | None:
+        return estimate([b.rate for b in self.blocks]) if self.ok else None
+
+    @property
+    def startup_s(self) -> float | None:
+        values = sorted(t.startup_s for t in self.trials if t.startup_s is not None)
+        return values[len(values) // 2] if values else None
+
+    @property
+    def memory(self) -> MemoryUsage | None:
+        usages = [t.memory for t in self.trials if t.memory]
+        return max(usages, key=lambda m: m.peak_bytes) if usages else None
+
+    @property
+    def error(self) -> TrialError | None:
+        return next((t.error for t in self.trials if t.error is not None), None)
+
+    @property
+    def warnings(self) -> list[str]:
+        notes = list(dict.fromkeys(w for t in self.trials for w in t.warnings))
+        failed = sum(1 for t in self.trials if not t.ok)
+        if self.ok and failed:
+            notes.append(f"{failed} of {len(self.trials)} runs failed: {self.error.message}")
+        return notes
+
+    @property
+    def reference(self) -> bool:
+        return any(t.reference for t in self.trials)
+
+
+def by_config(trials: list[Trial]) -> list[ConfigResult]:
+    """Group runs by config, in order of first appearance."""
+    groups: dict[TrialConfig, list[Trial]] = {}
+    for trial in trials:
+        groups.setdefault(trial.config, []).append(trial)
+    return [ConfigResult(config, runs) for config, runs in groups.items()]
 
 
 @dataclass
@@ -162,8 +220,12 @@ class ScanResult:
     def ok_trials(self) -> list[Trial]:
         return [t for t in self.trials if t.ok]
 
-    def trial(self, config: TrialConfig) -> Trial | None:
-        return next((t for t in self.trials if t.config == config), None)
+    @property
+    def configs(self) -> list[ConfigResult]:
+        return by_config(self.trials)
+
+    def config_result(self, config: TrialConfig) -> ConfigResult | None:
+        return next((c for c in self.configs if c.config == config), None)
 
     def to_dict(self) -> dict:
         return {

@@ -193,6 +193,7 @@ def run_trial(
                     on_event(kind, payload)
                 if kind in ("done", "error"):
                     break
+                sampler.maybe_sample(force=kind in ("startup", "warmup"))  # the workers are up by now
             sampler.maybe_sample()
         if trial.error is None or trial.error.kind != "timeout":
             proc.join(10)

@@ -69,12 +69,12 @@ def test_hang_in_workers_times_out_and_the_scan_goes_on(tmp_path):
     out = tmp_path / "h.json"
     start = time.monotonic()
     proc = cli("scan", SPECS / "hanging.py", "--workers", "0,1", "--prefetch", "2", "--no-persistent", "--json", out, "-q",
-               "--warmup", "0.2", "--block-time", "0.1", "--blocks", "2", "--timeout", "3")
+               "--warmup", "0.2", "--block-time", "0.1", "--blocks", "2", "--timeout", "8")
     assert proc.returncode == 0, proc.stderr
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 90
     trials = {t["config"]["num_workers"]: t for t in json.loads(out.read_text())["trials"]}
     assert trials[0]["status"] == "ok"
-    assert trials[1]["error"]["kind"] == "timeout" and "3 s trial timeout" in trials[1]["error"]["message"]
+    assert trials[1]["error"]["kind"] == "timeout" and "8 s trial timeout" in trials[1]["error"]["message"]
 
 
 def test_cuda_out_of_memory_skips_larger_batches_and_keeps_smaller(tmp_path):

@@ -104,7 +104,7 @@ def test_round_trip(tmp_path, machine_info):
     assert loaded.skipped == result.skipped
     assert [t.ok for t in loaded.trials] == [True, True, False]
     assert loaded.trials[1].estimate == result.trials[1].estimate
-    assert loaded.trial(result.trials[1].config) is loaded.trials[1]
+    assert loaded.config_result(result.trials[1].config).trials == [loaded.trials[1]]
     assert loaded.ok_trials == loaded.trials[:2]
 
 
