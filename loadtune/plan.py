@@ -83,6 +83,7 @@ class Skip:
 
     what: str
     why: str
+    key: str | None = None  # the TrialConfig.key, when a single config was skipped
 
 
 @dataclass

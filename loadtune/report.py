@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console, Group
@@ -163,21 +164,26 @@ class ProgressDisplay:
     def __exit__(self, *exc: Any) -> None:
         self.progress.stop()
 
-    def scan_started(self, result: ScanResult, plan: list[TrialConfig]) -> None:
-        self.task = self.progress.add_task("scan", total=len(plan), best="")
+    def scan_started(self, result: ScanResult, planned: int | None, budget: float | None) -> None:
+        """Grid: trial n of N. Adaptive: the number of trials is not known ahead, the budget is."""
+        self.budget = budget
+        total = planned if planned is not None else budget
+        self.task = self.progress.add_task("scan", total=total, best="", completed=len(result.trials) if planned else 0)
+        self.started = time.monotonic()
 
-    def trial_started(self, index: int, config: TrialConfig) -> None:
-        self.progress.update(self.task, description=f"trial {index + 1}: {config.label()}")
+    def trial_started(self, index: int, config: TrialConfig, round_: int) -> None:
+        what = "confirming" if round_ else "trial"
+        self.progress.update(self.task, description=f"{what} {index + 1}: {config.label()}")
 
     def trial_event(self, kind: str, payload: Any) -> None:
         pass
-
-    def trial_skipped(self, index: int, config: TrialConfig) -> None:
-        self.progress.update(self.task, advance=1)
 
     def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None:
         rec = result.recommendation
         best = ""
         if rec is not None:
             best = f"best so far: {rec.best.label()} {rate(result.config_result(rec.best).estimate.median)}/s"
-        self.progress.update(self.task, advance=1, best=best)
+        if self.budget is not None and self.progress.tasks[0].total == self.budget:
+            self.progress.update(self.task, completed=min(self.budget, time.monotonic() - self.started), best=best)
+        else:
+            self.progress.update(self.task, advance=1, best=best)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,9 +19,11 @@ from .plan import PlanError, SearchSpace, Skip, TrialConfig, build_grid, default
 from .recommend import NOISE_FLOOR, recommend
 from .results import ScanResult, SpecInfo, Trial, check_writable
 from .runner import TrialRequest, run_trial
+from .search import AdaptiveSearch, GridSearch
 from .spec import LoadedSpec, SpecRef, from_objects, load_spec
 
 DEFAULT_BATCH_SIZE = 64
+MAX_WORKERS_FLOOR = 16  # the adaptive search may extend num_workers up to max(this, 8 x usable cores)
 
 
 class OptionsError(ValueError):
@@ -41,9 +44,14 @@ class ScanOptions:
     drop_last: bool = False
     warmup: float = 1.0  # seconds of warm-up, discarded
     block_time: float = 0.5  # seconds per timed block, at least
-    blocks: int = 5  # timed blocks per trial
+    blocks: int = 10  # timed blocks per trial, at most
+    min_blocks: int = 3  # timed blocks per trial, at least
+    target_spread: float = 0.03  # stop a trial's blocks once its median is known this well (relative)
     timeout: float = 120.0  # hard limit per trial, seconds
     noise_floor: float = NOISE_FLOOR
+    search: str = "adaptive"  # "adaptive" or "grid" (exhaustive)
+    budget: float | None = None  # seconds for the whole scan; no new trial starts past it
+    confirm: int = 1  # rounds in which the contenders are re-measured side by side
     seed: int = 0  # trial order and shuffling
 
     def validate(self) -> None:
@@ -57,10 +65,18 @@ class ScanOptions:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise OptionsError(f"{name} must be a positive number of seconds, got {value!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise OptionsError(f"seed must be a whole number, got {self.seed!r}")
-        if not isinstance(self.blocks, int) or isinstance(self.blocks, bool) or self.blocks < 1:
-            raise OptionsError(f"blocks must be a whole number >= 1, got {self.blocks!r}")
+        for name, low in (("seed", None), ("blocks", 1), ("min_blocks", 1), ("confirm", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or (low is not None and value < low):
+                raise OptionsError(f"{name} must be a whole number{f' >= {low}' if low is not None else ''}, got {value!r}")
+        if self.min_blocks > self.blocks:
+            self.min_blocks = self.blocks
+        if self.search not in ("adaptive", "grid"):
+            raise OptionsError(f"search must be 'adaptive' or 'grid', got {self.search!r}")
+        if self.budget is not None and (not isinstance(self.budget, (int, float)) or isinstance(self.budget, bool) or self.budget <= 0):
+            raise OptionsError(f"budget must be a positive number of seconds, got {self.budget!r}")
+        if not isinstance(self.target_spread, (int, float)) or isinstance(self.target_spread, bool) or not 0 <= self.target_spread < 1:
+            raise OptionsError(f"target_spread must be a fraction in [0, 1), got {self.target_spread!r}")
         if not isinstance(self.noise_floor, (int, float)) or isinstance(self.noise_floor, bool) or not 0 <= self.noise_floor < 1:
             raise OptionsError(f"noise_floor must be a fraction in [0, 1), got {self.noise_floor!r}")
         if self.timeout <= self.warmup + self.block_time:
@@ -116,11 +132,10 @@ def spec_info(spec: LoadedSpec) -> SpecInfo:
 class ScanObserver(Protocol):
     """What a progress display hears about. All methods optional in spirit; implement all."""
 
-    def scan_started(self, result: ScanResult, plan: list[TrialConfig]) -> None: ...
-    def trial_started(self, index: int, config: TrialConfig) -> None: ...
+    def scan_started(self, result: ScanResult, planned: int | None, budget: float | None) -> None: ...
+    def trial_started(self, index: int, config: TrialConfig, round_: int) -> None: ...
     def trial_event(self, kind: str, payload: Any) -> None: ...
     def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None: ...
-    def trial_skipped(self, index: int, config: TrialConfig) -> None: ...
 
 
 @dataclass
@@ -132,7 +147,7 @@ class Plan:
     options: ScanOptions
     machine: machine_mod.MachineInfo
     device: str
-    configs: list[TrialConfig]
+    strategy: GridSearch | AdaptiveSearch
     result: ScanResult
 
 
@@ -161,17 +176,25 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     except PlanError as exc:
         raise OptionsError(str(exc)) from None
     references = reference_configs(configs, accelerator)
-    order = configs + references
-    random.Random(opts.seed).shuffle(order)  # machine drift must not favour whichever ran first
+    if opts.search == "grid":
+        order = configs + references
+        random.Random(opts.seed).shuffle(order)  # machine drift must not favour whichever ran first
+        strategy: GridSearch | AdaptiveSearch = GridSearch(order, opts.noise_floor, opts.confirm, opts.seed)
+    else:
+        defaults = [c for c in configs if c.is_pytorch_default] + references
+        strategy = AdaptiveSearch(
+            space, accelerator, defaults, opts.noise_floor, max_workers=max(MAX_WORKERS_FLOOR, 8 * info.usable_cores),
+            memory_available=info.memory_available_bytes, confirm_rounds=opts.confirm, seed=opts.seed,
+        )
     settings = {
         "options": asdict(opts),
         "device": device,
         "grid_size": len(configs),
         "references": [c.key for c in references],
-        "planned": [c.key for c in order],
+        "planned": [c.key for c in configs],
     }
     result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=skips)
-    return Plan(source, spec, opts, info, device, order, result)
+    return Plan(source, spec, opts, info, device, strategy, result)
 
 
 def resume_from(plan: Plan, json_path: str | Path | None) -> None:
@@ -182,8 +205,9 @@ def resume_from(plan: Plan, json_path: str | Path | None) -> None:
     old, new = ScanResult.load(json_path), plan.result
     if (old.spec.sha256, old.spec.factory, old.spec.dataset_type) != (new.spec.sha256, new.spec.factory, new.spec.dataset_type):
         raise OptionsError("cannot resume: the saved scan is of a different spec (the file or factory changed); start a new scan")
-    mine = {k: v for k, v in new.settings["options"].items() if k != "timeout"}
-    theirs = {k: v for k, v in old.settings.get("options", {}).items() if k != "timeout"}
+    free = ("timeout", "budget")  # limits, not what is measured
+    mine = {k: v for k, v in new.settings["options"].items() if k not in free}
+    theirs = {k: v for k, v in old.settings.get("options", {}).items() if k not in free}
     changed = sorted(k for k in mine if mine[k] != theirs.get(k))
     if changed or old.settings.get("planned") != new.settings["planned"] or old.settings.get("device") != new.settings["device"]:
         what = f"options {', '.join(changed)} differ" if changed else "the grid differs"
@@ -192,45 +216,64 @@ def resume_from(plan: Plan, json_path: str | Path | None) -> None:
     plan.result = old
 
 
+def expected_trial_s(result: ScanResult, opts: ScanOptions) -> float:
+    """How long the next trial will likely take: the median so far, else a guess from the options."""
+    walls = sorted(t.wall_s for t in result.trials)
+    return walls[len(walls) // 2] if walls else 2.0 + opts.warmup + opts.block_time * opts.min_blocks
+
+
+def oom_batch_size(result: ScanResult) -> int | None:
+    """The smallest batch size at which CUDA ran out of memory: larger ones cannot fit either."""
+    sizes = [t.config.batch_size for t in result.trials if t.error is not None and t.error.kind == "cuda_oom"]
+    return min(sizes) if sizes else None
+
+
 def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObserver | None = None) -> ScanResult:
-    """Run the planned trials one by one, saving after each. On Ctrl-C the partial result is saved
-    (state "interrupted") and KeyboardInterrupt propagates."""
-    result, opts = plan.result, plan.options
+    """Run what the strategy proposes, one trial at a time, saving after each, until it proposes
+    nothing or the budget is spent. On Ctrl-C the partial result is saved (state "interrupted") and
+    KeyboardInterrupt propagates."""
+    result, opts, strategy = plan.result, plan.options, plan.strategy
     references = set(result.settings["references"])
-    timing = Timing(warmup_s=opts.warmup, block_s=opts.block_time, blocks=opts.blocks, max_s=opts.timeout * 0.8)
+    timing = Timing(
+        warmup_s=opts.warmup, block_s=opts.block_time, blocks=opts.blocks, max_s=opts.timeout * 0.8,
+        min_blocks=opts.min_blocks, target_spread=opts.target_spread,
+    )
     loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
     save = (lambda: result.save(json_path)) if json_path else (lambda: None)
-    done = {t.config.key for t in result.trials}  # finished before a resume
-    todo = [c for c in plan.configs if c.key not in done]
+    planned = len(strategy.configs) if isinstance(strategy, GridSearch) else None
     if observer:
-        observer.scan_started(result, todo)
+        observer.scan_started(result, planned, opts.budget)
     save()
-    oom_batch = None  # CUDA ran out of memory at this batch size: larger ones cannot fit either
+    started = time.monotonic()
     try:
-        for index, config in enumerate(todo):
-            if oom_batch is not None and config.batch_size >= oom_batch:
-                result.skipped.append(Skip(config.label(), f"CUDA out of memory at batch size {oom_batch}"))
+        while proposals := strategy.propose(result):
+            config, round_ = proposals[0].config, proposals[0].round
+            oom = oom_batch_size(result)
+            if oom is not None and config.batch_size >= oom:
+                result.skipped.append(Skip(config.label(), f"CUDA out of memory at batch size {oom}", config.key))
                 save()
-                if observer:
-                    observer.trial_skipped(index, config)
                 continue
+            if opts.budget and time.monotonic() - started + expected_trial_s(result, opts) > opts.budget:
+                result.skipped.append(Skip(f"{len(proposals)}+ more trials", f"the {opts.budget:g} s budget would be exceeded"))
+                break
             if observer:
-                observer.trial_started(index, config)
+                observer.trial_started(len(result.trials), config, round_)
             request = TrialRequest(config, plan.device, timing, loader_options, opts.timeout, plan.machine.start_method)
             trial = run_trial(plan.source, request, observer.trial_event if observer else None)
-            trial.reference = config.key in references
+            trial.reference, trial.round = config.key in references, round_
             result.trials.append(trial)
-            if trial.error is not None and trial.error.kind == "cuda_oom":
-                oom_batch = min(oom_batch or config.batch_size, config.batch_size)
             result.recommendation = recommend(result.trials, opts.noise_floor)
             save()
             if observer:
-                observer.trial_finished(index, trial, result)
+                observer.trial_finished(len(result.trials) - 1, trial, result)
     except KeyboardInterrupt:
         result.state = "interrupted"
         result.recommendation = recommend(result.trials, opts.noise_floor)
         save()
         raise
+    if isinstance(strategy, AdaptiveSearch):
+        known = {(s.what, s.why) for s in result.skipped}
+        result.skipped += [s for s in strategy.notes(result) if (s.what, s.why) not in known]
     result.state = "complete"
     save()
     return result

@@ -25,7 +25,8 @@ def test_defaults_when_nothing_given():
     assert opts.batch_size is None and opts.workers is None
     assert opts.prefetch == [2, 4]
     assert opts.noise_floor == NOISE_FLOOR
-    assert opts.blocks == 5
+    assert opts.blocks == 10 and opts.min_blocks == 3 and opts.target_spread == 0.03
+    assert opts.search == "adaptive" and opts.budget is None
 
 
 def test_spec_dict_overrides_defaults():
@@ -130,24 +131,24 @@ class Tiny(Dataset):
 
 
 def test_prepare_with_dataset_object_defaults():
-    plan = prepare(Tiny())
+    plan = prepare(Tiny(), search="grid")
     cores = machine.usable_cores()
     assert plan.device == "cpu" or torch.cuda.is_available()
-    grid = [c for c in plan.configs if c.key not in plan.result.settings["references"]]
-    assert {c.batch_size for c in plan.configs} == {DEFAULT_BATCH_SIZE}
+    grid = [c for c in plan.strategy.configs if c.key not in plan.result.settings["references"]]
+    assert {c.batch_size for c in plan.strategy.configs} == {DEFAULT_BATCH_SIZE}
     assert {c.num_workers for c in grid} == set(default_workers(cores))
     assert plan.result.settings["grid_size"] == len(grid)
     assert plan.result.spec.length == 16 and plan.result.spec.path is None
 
 
 def test_prepare_orders_trials_reproducibly_and_includes_reference():
-    a = prepare(Tiny(), workers=[1, 2], batch_size=[4, 8], seed=3)
-    b = prepare(Tiny(), workers=[1, 2], batch_size=[4, 8], seed=3)
-    assert a.configs == b.configs
+    a = prepare(Tiny(), workers=[1, 2], batch_size=[4, 8], seed=3, search="grid")
+    b = prepare(Tiny(), workers=[1, 2], batch_size=[4, 8], seed=3, search="grid")
+    assert a.strategy.configs == b.strategy.configs
     # workers exclude 0: PyTorch's default is added at each batch size as a reference
     refs = a.result.settings["references"]
     assert len(refs) == 2
-    assert {c.key for c in a.configs if c.num_workers == 0} == set(refs)
+    assert {c.key for c in a.strategy.configs if c.num_workers == 0} == set(refs)
 
 
 @pytest.mark.parametrize(
@@ -194,11 +195,11 @@ def test_prepare_uses_spec_dict_then_overrides(tmp_path):
         )
     )
     try:
-        plan = prepare(str(path), blocks=2, workers=None)
+        plan = prepare(str(path), blocks=2, workers=None, search="grid")
         assert plan.options.batch_size == [8]
         assert plan.options.workers == [0, 1]
         assert plan.options.blocks == 2
-        assert {c.num_workers for c in plan.configs} == {0, 1}
+        assert {c.num_workers for c in plan.strategy.configs} == {0, 1}
         assert plan.result.spec.path == str(path.resolve())
         assert plan.result.spec.sha256 and len(plan.result.spec.sha256) == 64
     finally:

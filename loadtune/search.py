@@ -1,0 +1,201 @@
+"""What to measure next (SPEC §4): the exhaustive grid, or an adaptive search that reaches the grid's
+best in a fraction of its trials.
+
+Strategies are pure functions of what has been measured so far: ``propose(result)`` returns the
+trials still wanted, first one first. Given the same measurements they make the same proposals, so
+an interrupted scan resumes by asking again. Both end by re-measuring the contenders (the configs
+the noise cannot tell apart) side by side, interleaved, so that drift of the machine between the
+first and the last trial does not pick the winner.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+from .plan import SearchSpace, Skip, TrialConfig
+from .recommend import contenders
+from .results import ConfigResult, ScanResult, by_config
+from .stats import indistinguishable
+
+MAX_CONFIRM = 4  # contenders re-measured at most: the cheapest ones and the fastest
+PATIENCE = 2  # consecutive worker counts without a gain before the sweep stops
+EXTEND_MEMORY_FRACTION = 0.5  # extend past the grid only while projected memory stays under this share
+
+
+@dataclass(frozen=True)
+class Proposal:
+    config: TrialConfig
+    round: int = 0  # 0: search; 1, 2, ...: confirmation rounds
+
+
+def measured(result: ScanResult, round_: int = 0) -> dict[TrialConfig, ConfigResult]:
+    """Configs with a finished trial in this round (failed ones included: they are not retried)."""
+    return {c.config: c for c in by_config([t for t in result.trials if t.round == round_])}
+
+
+def skipped_keys(result: ScanResult) -> set[str]:
+    return {s.key for s in result.skipped if s.key}
+
+
+def confirmation(result: ScanResult, rounds: int, noise_floor: float, seed: int) -> list[Proposal]:
+    """Contenders from the search, re-measured once per round in a shuffled order."""
+    search = list(measured(result).values())
+    tied = contenders(search, noise_floor)
+    if len(tied) <= 1:
+        return []  # a clear winner: nothing to confirm
+    best = max(tied, key=lambda c: c.estimate.median)
+    chosen = tied[: MAX_CONFIRM - 1] + ([best] if best not in tied[: MAX_CONFIRM - 1] else [])
+    out = []
+    for r in range(1, rounds + 1):
+        done = measured(result, r)
+        order = [c.config for c in chosen if c.config not in done]
+        random.Random(seed + r).shuffle(order)
+        out += [Proposal(c, r) for c in order]
+    return out
+
+
+class GridSearch:
+    """Every valid combination in a shuffled order, then the contenders side by side."""
+
+    name = "grid"
+
+    def __init__(self, configs: list[TrialConfig], noise_floor: float, confirm_rounds: int = 1, seed: int = 0):
+        self.configs, self.noise_floor, self.rounds, self.seed = configs, noise_floor, confirm_rounds, seed
+
+    def propose(self, result: ScanResult) -> list[Proposal]:
+        done = set(measured(result)) | {c for c in self.configs if c.key in skipped_keys(result)}
+        pending = [Proposal(c) for c in self.configs if c not in done]
+        return pending or confirmation(result, self.rounds, self.noise_floor, self.seed)
+
+
+class AdaptiveSearch:
+    """Coordinate search: sweep num_workers upwards at default knobs until throughput stops rising
+    (extending past the grid while it still rises and memory allows), then try the other knobs
+    around the best worker counts, then confirm the contenders side by side."""
+
+    name = "adaptive"
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        accelerator: bool,
+        references: list[TrialConfig],
+        noise_floor: float,
+        max_workers: int,
+        memory_available: int,
+        confirm_rounds: int = 1,
+        seed: int = 0,
+    ):
+        self.space, self.accelerator, self.references = space, accelerator, references
+        self.noise_floor, self.max_workers, self.memory_available = noise_floor, max_workers, memory_available
+        self.rounds, self.seed = confirm_rounds, seed
+
+    def base(self, batch_size: int, workers: int) -> TrialConfig:
+        """The sweep's config: smallest prefetch, persistent where allowed, pinned with an accelerator."""
+        pin = self.accelerator if self.space.pin is None else self.space.pin
+        transfer = ("non_blocking" if pin else "sync") if self.accelerator else "none"
+        if workers == 0:
+            return TrialConfig(batch_size, 0, pin, None, False, transfer)
+        persistent = self.space.persistent is not False
+        return TrialConfig(batch_size, workers, pin, min(self.space.prefetch), persistent, transfer)
+
+    def propose(self, result: ScanResult) -> list[Proposal]:
+        done = measured(result)
+        skipped = skipped_keys(result)
+        wanted = [c for c in self.references if c not in done and c.key not in skipped]
+        if wanted:
+            return [Proposal(c) for c in wanted]
+        for batch_size in sorted(set(self.space.batch_sizes)):
+            step = self.sweep(batch_size, done, skipped)
+            if step is not None:
+                return [Proposal(step)]
+        refine = [c for c in self.refinements(done) if c not in done and c.key not in skipped]
+        if refine:
+            random.Random(self.seed).shuffle(refine)
+            return [Proposal(c) for c in refine]
+        return confirmation(result, self.rounds, self.noise_floor, self.seed)
+
+    def sweep(self, batch_size: int, done: dict, skipped: set[str]) -> TrialConfig | None:
+        """The next worker count to measure at this batch size, or None when the sweep is over."""
+        grid = sorted(set(self.space.workers))
+        points: list[ConfigResult] = []
+        misses = 0
+        workers = grid[0]
+        while True:
+            config = self.base(batch_size, workers)
+            if config.key in skipped:
+                return None
+            if config not in done:
+                return config
+            point = done[config]
+            if point.ok:
+                best = max((p for p in points if p.ok), key=lambda p: p.estimate.median, default=None)
+                gained = best is None or (
+                    point.estimate.median > best.estimate.median
+                    and not indistinguishable(point.estimate, best.estimate, self.noise_floor)
+                )
+                misses = 0 if gained else misses + 1
+            else:
+                misses += 1  # a failure (e.g. out of memory) is no gain
+            points.append(point)
+            if misses >= PATIENCE:
+                return None
+            workers = self.next_workers(workers, grid, points, misses)
+            if workers is None:
+                return None
+
+    def next_workers(self, workers: int, grid: list[int], points: list[ConfigResult], misses: int) -> int | None:
+        """The next count up the grid; past its end, double while still gaining and memory allows."""
+        higher = [w for w in grid if w > workers]
+        if higher:
+            return higher[0]
+        if misses or workers == 0 or 2 * workers > self.max_workers:
+            return None
+        ok = [p for p in points if p.ok and p.memory]
+        if len(ok) >= 2:  # per-worker memory, from the last two measured counts
+            a, b = ok[-2], ok[-1]
+            per_worker = max(0, b.memory.peak_bytes - a.memory.peak_bytes) / max(1, b.config.num_workers - a.config.num_workers)
+            if b.memory.peak_bytes + per_worker * workers > EXTEND_MEMORY_FRACTION * self.memory_available:
+                return None
+        return 2 * workers
+
+    def refinements(self, done: dict) -> list[TrialConfig]:
+        """One knob at a time around the best worker counts of the sweep."""
+        swept = [c for c in done.values() if c.ok]
+        if not swept:
+            return []
+        tops = contenders(swept, self.noise_floor)[:1] + [max(swept, key=lambda c: c.estimate.median)]
+        out: list[TrialConfig] = []
+        for top in {t.config: t for t in tops}.values():
+            c = top.config
+            if c.num_workers:
+                out += [replace(c, prefetch_factor=p) for p in self.space.prefetch]
+                if self.space.persistent is None and self.epochs_matter(top):
+                    out.append(replace(c, persistent_workers=not c.persistent_workers))
+            if self.accelerator and self.space.pin is None:
+                pin = not c.pin_memory
+                out.append(replace(c, pin_memory=pin, transfer="non_blocking" if pin else "sync"))
+        return list(dict.fromkeys(out))
+
+    @staticmethod
+    def epochs_matter(config: ConfigResult) -> bool:
+        """persistent_workers only changes what happens at an epoch's end; if no epoch ended inside a
+        trial, training's epochs are long next to start-up and the knob cannot be told apart here."""
+        return any((t.warmup and t.warmup.epochs) or any(b.epochs for b in t.blocks) for t in config.trials)
+
+    def notes(self, result: ScanResult) -> list[Skip]:
+        """What the search chose not to measure, and why (shown as skipped rows)."""
+        done = measured(result)
+        notes = []
+        for batch_size in sorted(set(self.space.batch_sizes)):
+            tried = sorted(c.num_workers for c in done if c.batch_size == batch_size)
+            untried = [w for w in self.space.workers if tried and w > tried[-1]]
+            if untried:
+                notes.append(Skip(f"num_workers {','.join(map(str, untried))} (bs{batch_size})",
+                                  f"throughput stopped rising by num_workers={tried[-1]}"))
+        swept = [c for c in done.values() if c.ok and c.config.num_workers]
+        if self.space.persistent is None and swept and not any(self.epochs_matter(c) for c in swept):
+            notes.append(Skip("persistent_workers toggle", "no epoch ended inside a trial: epochs are long next to "
+                              "worker start-up, which is all persistent_workers saves (see the start column)"))
+        return notes
