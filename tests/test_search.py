@@ -1,0 +1,144 @@
+"""Search strategies as pure functions: fed synthetic measurements, checked for what they propose."""
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+import loadtune
+import loadtune.recommend
+from loadtune.machine import collect
+from loadtune.plan import SearchSpace, TrialConfig, build_grid
+from loadtune.results import Block, MemoryUsage, ScanResult, SpecInfo, Trial
+from loadtune.search import AdaptiveSearch, GridSearch
+
+SPECS = Path(__file__).parent / "specs"
+MACHINE = collect()
+
+
+def empty_result():
+    spec = SpecInfo(None, None, None, "D", 1000, False, False, False)
+    return ScanResult(spec=spec, machine=MACHINE, settings={})
+
+
+def fake_trial(config, rate, noise=0.005, epochs=0, rng=random.Random(0)):
+    blocks = [Block(int(rate * (1 + rng.uniform(-noise, noise))), 10, 1.0, epochs) for _ in range(5)]
+    memory = MemoryUsage(200 * 2**20 + 40 * 2**20 * config.num_workers, 1 + config.num_workers, "pss")
+    return Trial(config, "ok", startup_s=0.05, warmup=Block(10, 1, 0.1, epochs), blocks=blocks, memory=memory)
+
+
+def drive(strategy, rate_of, epochs=0, limit=200):
+    """Run a strategy against a synthetic landscape until it proposes nothing; returns the result."""
+    result = empty_result()
+    for _ in range(limit):
+        proposals = strategy.propose(result)
+        if not proposals:
+            return result
+        p = proposals[0]
+        trial = fake_trial(p.config, rate_of(p.config), epochs=epochs)
+        trial.round = p.round
+        result.trials.append(trial)
+    raise AssertionError("the strategy never stopped proposing")
+
+
+def adaptive(workers=(0, 1, 2, 4), prefetch=(2, 4), persistent=None, max_workers=64, batch_sizes=(32,)):
+    space = SearchSpace(batch_sizes=list(batch_sizes), workers=list(workers), prefetch=list(prefetch), persistent=persistent)
+    defaults = [TrialConfig(bs, 0) for bs in batch_sizes]
+    return AdaptiveSearch(space, False, defaults, 0.02, max_workers=max_workers, memory_available=64 * 2**30)
+
+
+def swept_workers(result):
+    return sorted({t.config.num_workers for t in result.trials if t.round == 0})
+
+
+def test_rising_curve_extends_past_the_grid_while_it_gains():
+    # storage-latency-bound: each worker adds throughput up to 16 workers, then flat
+    result = drive(adaptive(max_workers=64), lambda c: 1000 * min(max(c.num_workers, 1), 16))
+    workers = swept_workers(result)
+    assert {0, 1, 2, 4, 8, 16}.issubset(workers)  # went past the grid's 4, doubling
+    assert max(workers) <= 64 and 64 not in workers  # and stopped once 32 did not gain over 16
+
+
+def test_extension_respects_the_cap():
+    result = drive(adaptive(max_workers=8), lambda c: 1000 * max(c.num_workers, 1))
+    assert max(swept_workers(result)) == 8
+
+
+def test_zero_workers_winning_stops_the_sweep_early():
+    # tiny samples: inter-process transfer costs more than producing them
+    result = drive(adaptive(workers=(0, 1, 2, 4, 8)), lambda c: 100_000 if c.num_workers == 0 else 15_000 + 100 * c.num_workers)
+    assert swept_workers(result) == [0, 1, 2]  # two worker counts without a gain: 4 and 8 never run
+    rec = loadtune.recommend.recommend(result.trials)
+    assert rec.config.num_workers == 0
+
+
+def test_non_monotone_curve_finds_the_peak():
+    peak = {0: 1000, 1: 1900, 2: 3000, 4: 2500, 8: 2000, 16: 1500}
+    result = drive(adaptive(workers=(0, 1, 2, 4, 8, 16)), lambda c: peak[c.num_workers])
+    rec = loadtune.recommend.recommend(result.trials)
+    assert rec.config.num_workers == 2
+    assert swept_workers(result) == [0, 1, 2, 4, 8]  # two counts past the peak, then it stops
+
+
+def test_refinement_tries_prefetch_and_persistent_only_where_epochs_end():
+    rate = lambda c: 1000 * min(max(c.num_workers, 1), 2)  # noqa: E731
+    long_epochs = drive(adaptive(), rate, epochs=0)
+    short_epochs = drive(adaptive(), rate, epochs=2)
+    tried = lambda r: {(t.config.prefetch_factor, t.config.persistent_workers) for t in r.trials if t.config.num_workers == 2}  # noqa: E731
+    assert (4, True) in tried(long_epochs) or (4, True) in tried(short_epochs)
+    assert all(pw for _, pw in tried(long_epochs))  # no epoch ended: the persistent toggle is not worth a trial
+    assert any(not pw for _, pw in tried(short_epochs))  # epochs end inside trials: it is measured
+    notes = adaptive().notes(long_epochs)
+    assert any("persistent_workers" in n.what for n in notes)
+
+
+def test_confirmation_remeasures_contenders_side_by_side():
+    # 2 and 4 workers tie; 0 and 1 are far behind
+    rate = {0: 1000, 1: 1800, 2: 3000, 4: 3010}
+    result = drive(adaptive(workers=(0, 1, 2, 4), prefetch=(2,), persistent=True), lambda c: rate[c.num_workers])
+    confirm = [t for t in result.trials if t.round == 1]
+    assert sorted(t.config.num_workers for t in confirm) == [2, 4]
+    clear = drive(adaptive(workers=(0, 1, 2), prefetch=(2,), persistent=True, max_workers=2), lambda c: {0: 1, 1: 2, 2: 9}[c.num_workers] * 1000)
+    assert not [t for t in clear.trials if t.round == 1]  # a clear winner needs no confirmation
+
+
+def test_grid_runs_every_config_once_then_confirms():
+    configs, _ = build_grid(SearchSpace([32], [0, 1, 2], [2, 4]), accelerator=False)
+    strategy = GridSearch(configs, 0.02, confirm_rounds=1)
+    result = drive(strategy, lambda c: 1000 * (1 + min(c.num_workers, 1)))  # every worker count ties
+    search = [t.config for t in result.trials if t.round == 0]
+    assert sorted(search, key=lambda c: c.key) == sorted(configs, key=lambda c: c.key)
+    assert [t for t in result.trials if t.round == 1]
+
+
+@pytest.mark.parametrize(
+    "name, rate",
+    [
+        ("cpu-bound", lambda c: 1000 * min(max(c.num_workers, 1), 2) * (1.02 if c.prefetch_factor == 4 else 1)),
+        ("io-bound", lambda c: 500 * min(max(c.num_workers, 1), 12)),
+        ("ipc-bound", lambda c: 50_000 if c.num_workers == 0 else 12_000),
+        ("epoch-restarts", lambda c: 800 * min(max(c.num_workers, 1), 2) * (1.5 if c.persistent_workers else 1)),
+    ],
+)
+def test_adaptive_reaches_the_grids_best_with_fewer_trials(name, rate):
+    space = SearchSpace([32], [0, 1, 2, 4, 8, 16], [2, 4])
+    configs, _ = build_grid(space, accelerator=False)
+    grid = drive(GridSearch(configs, 0.02, 0), rate)
+    fast = drive(AdaptiveSearch(space, False, [TrialConfig(32, 0)], 0.02, 16, 64 * 2**30, 0), rate, epochs=1)
+    best = max(rate(c) for c in configs)
+    pick = loadtune.recommend.recommend(fast.trials).config
+    assert rate(pick) >= 0.95 * best
+    assert len(fast.trials) <= len(grid.trials) / 2
+
+
+def test_default_search_runs_fewer_trials_than_the_grid_and_keeps_its_budget(tmp_path):
+    common = dict(workers=[0, 1, 2, 4], prefetch=[2, 4], warmup=0.2, block_time=0.1, blocks=3, confirm=0)
+    grid = loadtune.scan(str(SPECS / "tiny.py"), search="grid", **common)
+    start = time.monotonic()
+    budget = 8.0
+    fast = loadtune.scan(str(SPECS / "tiny.py"), budget=budget, json_path=tmp_path / "b.json", **common)
+    elapsed = time.monotonic() - start
+    assert len(fast.trials) < len(grid.trials) == 13
+    assert elapsed < budget + 5  # no trial starts past the budget (spec loading and one trial's overrun aside)
+    assert fast.recommendation is not None
