@@ -10,6 +10,10 @@ uint8 H x W x 3 image from the sample index (with a seeded ``torch.Generator``) 
 same ballpark as decoding a JPEG of that size, and the transforms are written with plain torch ops.
 A sample takes a few milliseconds on one core, so a single process (``num_workers=0``) cannot keep
 up, and worker processes, each on a core of its own, add throughput until the cores run out.
+(With ``num_workers=0`` the main process does this work between training steps, using torch's
+intra-op threads for the larger tensor ops; inside a worker torch runs one thread. On a machine
+shared with other jobs those intra-op threads can slow down badly, which is one more reason to
+measure on the machine that trains.)
 
 Try it:
 
@@ -21,13 +25,18 @@ at reduced size, moving normalisation to the GPU and sending uint8 batches (a qu
 of float32), or GPU decoding (DALI, torchvision.io.decode_jpeg on device).
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-# The usual ImageNet statistics, shaped to broadcast over a C x H x W image.
+# The usual ImageNet statistics, shaped to broadcast over a C x H x W image. ToTensor then
+# Normalize computes (x / 255 - mean) / std = x * NORM_SCALE + NORM_SHIFT on a uint8 image x.
 IMAGENET_MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
 IMAGENET_STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+NORM_SCALE = 1 / (255 * IMAGENET_STD)
+NORM_SHIFT = -IMAGENET_MEAN / IMAGENET_STD
 
 
 class SyntheticImageFolder(Dataset):
@@ -54,31 +63,35 @@ class SyntheticImageFolder(Dataset):
         return torch.Generator().manual_seed((self.seed * 1_000_003 + index) * 4 + stream)
 
     def decode(self, index: int) -> torch.Tensor:
-        """Pretend to decode a JPEG: a uint8 H x W x 3 image whose size varies like ImageNet's.
+        """Pretend to decode a JPEG: a uint8 H x W x 3 image of 256..352 x 256..384 pixels, the size
+        of an ImageNet copy stored pre-resized (a common step that makes decoding cheaper).
 
-        A coarse random grid upsampled bilinearly (smooth "content") plus per-pixel noise
-        ("texture"): about the arithmetic of an inverse DCT and colour conversion, and as with a
-        real decoder the cost grows with the pixel count.
+        Modelled on what a JPEG decoder does, at a similar cost: per 8 x 8 block a base colour
+        (the DC coefficients), per pixel the detail (entropy decoding and inverse DCT of the AC
+        coefficients; here normal noise from the sample's generator, drawn on one core as a
+        decoder works), then rounding to uint8. The cost grows with the pixel count.
         """
         g = self._generator(index, 0)
-        h = int(torch.randint(256, 384, (1,), generator=g))
-        w = int(torch.randint(256, 448, (1,), generator=g))
-        coarse = torch.rand(1, 3, h // 16, w // 16, generator=g)
-        smooth = F.interpolate(coarse, size=(h, w), mode="bilinear", align_corners=False)[0]
-        texture = torch.randint(0, 24, (3, h, w), generator=g, dtype=torch.uint8)
-        pixels = smooth.mul_(231).to(torch.uint8).add_(texture)  # stays within 0..254
-        return pixels.permute(1, 2, 0).contiguous()  # H x W x 3, the layout decoders produce
+        bh = int(torch.randint(32, 45, (1,), generator=g))  # 256..352 pixels high
+        bw = int(torch.randint(32, 49, (1,), generator=g))  # 256..384 pixels wide
+        dc = torch.rand(bh, 1, bw, 1, 3, generator=g) * 200 + 28  # one colour per 8 x 8 block
+        ac = torch.randn(bh, 8, bw, 8, 3, generator=g)  # per-pixel detail
+        pixels = torch.add(dc, ac, alpha=12).clamp_(0, 255).to(torch.uint8)
+        return pixels.view(bh * 8, bw * 8, 3)  # H x W x 3, as decoders give
 
     def random_resized_crop(self, image: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        """RandomResizedCrop(out_size, scale=(0.08, 1.0), ratio=(3/4, 4/3)) on a float C x H x W image."""
+        """RandomResizedCrop(out_size, scale=(0.08, 1.0), ratio=(3/4, 4/3), antialias=True).
+
+        Takes and returns a uint8 C x H x W image; like torchvision's tensor transforms it resizes
+        uint8 directly (torch has a fast path for that) and converts to float afterwards.
+        """
         _, h, w = image.shape
         area = h * w
-        for _ in range(10):  # torchvision's rejection sampling, then fall back to a centre crop
+        for _ in range(10):  # torchvision's rejection sampling, then a centre crop as fallback
             target = area * float(torch.empty(1).uniform_(0.08, 1.0, generator=g))
-            log_ratio = float(torch.empty(1).uniform_(-0.2877, 0.2877, generator=g))  # log(3/4), log(4/3)
-            aspect = torch.tensor(log_ratio).exp().item()
-            cw = int(round((target * aspect) ** 0.5))
-            ch = int(round((target / aspect) ** 0.5))
+            aspect = math.exp(float(torch.empty(1).uniform_(math.log(3 / 4), math.log(4 / 3), generator=g)))
+            cw = int(round(math.sqrt(target * aspect)))
+            ch = int(round(math.sqrt(target / aspect)))
             if 0 < cw <= w and 0 < ch <= h:
                 top = int(torch.randint(0, h - ch + 1, (1,), generator=g))
                 left = int(torch.randint(0, w - cw + 1, (1,), generator=g))
@@ -91,15 +104,15 @@ class SyntheticImageFolder(Dataset):
         return F.interpolate(crop, size=size, mode="bilinear", align_corners=False, antialias=True)[0]
 
     def __getitem__(self, index: int):
-        image = self.decode(index)  # uint8 H x W x 3
+        image = self.decode(index).permute(2, 0, 1)  # uint8 H x W x 3 -> C x H x W (a view)
         g = self._generator(index, 1)
-        x = image.permute(2, 0, 1).float().div_(255)  # ToTensor: float C x H x W in [0, 1]
-        x = self.random_resized_crop(x, g)
+        x = self.random_resized_crop(image, g)  # uint8 3 x 224 x 224
         if float(torch.rand(1, generator=g)) < 0.5:  # RandomHorizontalFlip(p=0.5)
             x = x.flip(-1)
-        x = (x - IMAGENET_MEAN) / IMAGENET_STD  # Normalize
+        # ToTensor (float32, / 255) and Normalize((x - mean) / std), folded into one multiply-add.
+        x = torch.addcmul(NORM_SHIFT, x.float(), NORM_SCALE)
         label = index % self.num_classes  # stands in for the class folder the file sits in
-        return x.contiguous(), label
+        return x, label
 
 
 def dataset():

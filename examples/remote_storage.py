@@ -8,8 +8,9 @@ Most of a sample's time is spent *waiting*, not computing. A waiting worker proc
 free, so this is the case where ``num_workers`` well above the number of cores pays off: with
 latency L per sample and W workers, throughput is roughly W / L until the CPU part or the main
 process becomes the bound. The folk rule "num_workers = number of cores" leaves most of that on the
-table; so does a fixed worker grid: ``loadtune scan`` extends the worker range while throughput
-still rises at its edge.
+table. Give the scan a worker range that goes well past the core count (the second command below)
+and see where the curve flattens: that is where the CPU part, the main process or the storage
+itself takes over as the bound.
 
 Try it:
 

@@ -2,15 +2,18 @@
 
 Each sample is an already-tokenised document (as read from a pre-tokenised shard), between 16 and
 512 tokens long with many short ones and a long tail, the way real document lengths are spread.
-Producing a sample is cheap (tens of microseconds); the per-batch work is the ``collate_fn`` that
-pads the batch to its longest sequence and builds the attention mask and labels.
+Producing a sample is cheap (about ten microseconds), and so is the ``collate_fn``, which pads
+each batch to its longest sequence and builds the attention mask and labels: a batch of 32 costs
+well under a millisecond all told.
 
-Cheap samples turn the usual advice around. A worker has to pickle each batch and send it through
-shared memory to the main process, and the main process has to receive it; when producing the
-batch costs less than that hand-over, ``num_workers=0`` can match or beat any number of workers,
-and workers only add memory and start-up time. Or the hand-over may be cheap enough that a worker
-still helps. Nothing here assumes either: ``loadtune scan`` measures both on this machine and
-recommends the cheapest config that is as fast as the fastest.
+Cheap samples turn the usual advice around. With workers, every batch is moved into shared memory,
+its handles are pickled through a queue, and the main process unpickles and maps it; when producing
+the batch costs less than that hand-over, ``num_workers=0`` can match or beat any number of
+workers, which then only add memory and start-up time (and, without ``persistent_workers``, a
+restart every epoch: an epoch here is over in a fraction of a second). On another machine, or with
+a costlier ``collate_fn``, one worker may well pay off. Nothing here assumes either way:
+``loadtune scan`` measures both on this machine and recommends the cheapest config that is as fast
+as the fastest.
 
 Try it:
 

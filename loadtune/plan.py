@@ -7,7 +7,11 @@ workers), and knobs that cannot matter on this machine are left out with a note 
 
 from __future__ import annotations
 
+import inspect
+import multiprocessing
 from dataclasses import asdict, dataclass, field
+
+from torch.utils.data import DataLoader
 
 # How a batch reaches the device: "none" keeps it on the CPU (no accelerator), "sync" is
 # `.to(device)`, "non_blocking" is `.to(device, non_blocking=True)` (only useful from pinned memory).
@@ -29,14 +33,21 @@ class TrialConfig:
     prefetch_factor: int | None = None
     persistent_workers: bool = False
     transfer: str = "none"
+    in_order: bool = True  # False lets batches arrive as workers finish them (torch >= 2.6)
+    start_method: str | None = None  # DataLoader's multiprocessing_context; None: the platform's default
 
     @property
     def key(self) -> str:
         """Stable identity, used to match trials across saved results."""
-        return (
+        key = (
             f"bs={self.batch_size},w={self.num_workers},pin={int(self.pin_memory)},"
             f"pf={self.prefetch_factor or 0},pw={int(self.persistent_workers)},tx={self.transfer}"
         )
+        if not self.in_order:
+            key += ",io=0"
+        if self.start_method:
+            key += f",mp={self.start_method}"
+        return key
 
     @property
     def is_pytorch_default(self) -> bool:
@@ -53,6 +64,10 @@ class TrialConfig:
         if self.num_workers > 0:
             kwargs["prefetch_factor"] = self.prefetch_factor or DEFAULT_PREFETCH
             kwargs["persistent_workers"] = self.persistent_workers
+            if not self.in_order:
+                kwargs["in_order"] = False
+            if self.start_method:
+                kwargs["multiprocessing_context"] = self.start_method
         return kwargs
 
     def label(self) -> str:
@@ -66,6 +81,10 @@ class TrialConfig:
             parts.append("persist")
         if self.transfer not in ("none", "sync"):
             parts.append(self.transfer.replace("_", "-"))
+        if not self.in_order:
+            parts.append("unordered")
+        if self.start_method:
+            parts.append(self.start_method)
         parts.append(f"bs{self.batch_size}")
         return " ".join(parts)
 
@@ -95,8 +114,16 @@ class SearchSpace:
     prefetch: list[int] = field(default_factory=lambda: [2, 4])
     pin: bool | None = None
     persistent: bool | None = None
+    in_order: list[bool] = field(default_factory=lambda: [True])  # [True, False] when order may vary
+    start_methods: list[str | None] = field(default_factory=lambda: [None])
 
     def validate(self) -> None:
+        if False in self.in_order and "in_order" not in inspect.signature(DataLoader).parameters:
+            raise PlanError("in_order=False needs torch >= 2.6; this torch has no DataLoader(in_order=...)")
+        allowed = multiprocessing.get_all_start_methods()
+        for method in self.start_methods:
+            if method is not None and method not in allowed:
+                raise PlanError(f"start method {method!r} is not available here; choose from {', '.join(allowed)}")
         checks = [
             ("batch size", self.batch_sizes, 1),
             ("num_workers", self.workers, 0),
@@ -151,7 +178,9 @@ def build_grid(space: SearchSpace, accelerator: bool) -> tuple[list[TrialConfig]
                     continue
                 for pf in sorted(set(space.prefetch)):
                     for pw in persists:
-                        configs.append(TrialConfig(bs, w, pin, pf, pw, transfer))
+                        for order in dict.fromkeys(space.in_order):
+                            for method in dict.fromkeys(space.start_methods):
+                                configs.append(TrialConfig(bs, w, pin, pf, pw, transfer, order, method))
     return configs, skips
 
 

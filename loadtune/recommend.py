@@ -8,6 +8,7 @@ and cores that training needs too; a 1% "gain" inside the noise is not worth the
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from .plan import DEFAULT_PREFETCH, TrialConfig
 from .results import ConfigResult, Recommendation, Trial, by_config
@@ -28,6 +29,8 @@ def cost(trial: ConfigResult | Trial) -> tuple:
         (c.prefetch_factor or DEFAULT_PREFETCH) if c.num_workers else 0,
         c.persistent_workers,
         c.transfer != "none" and c.transfer != "sync",
+        not c.in_order,
+        c.start_method is not None,
         c.batch_size,
     )
 
@@ -68,6 +71,20 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR) -> Recommen
     )
 
 
+def persistent_saving(configs: list[ConfigResult], config: TrialConfig, epoch_samples: int | None) -> float | None:
+    """Seconds per epoch that ``persistent_workers=True`` saves at ``config``'s other settings: the
+    epoch time without it minus with it, from the two measured rates. None unless both were measured."""
+    if not config.num_workers or not epoch_samples:
+        return None
+    rates = {}
+    for c in configs:
+        if c.ok and replace(c.config, persistent_workers=config.persistent_workers) == config:
+            rates[c.config.persistent_workers] = c.estimate.median
+    if len(rates) < 2 or min(rates.values()) <= 0:
+        return None
+    return epoch_samples / rates[False] - epoch_samples / rates[True]
+
+
 def explain(pick: ConfigResult, best: ConfigResult, tied: list[ConfigResult]) -> str:
     if pick is best and len(tied) == 1:
         return "fastest config, clear of every other beyond the measured noise"
@@ -92,6 +109,10 @@ def snippet(config: TrialConfig, shuffle: bool, drop_last: bool, has_collate_fn:
         args.append(("prefetch_factor", config.prefetch_factor or DEFAULT_PREFETCH))
         if config.persistent_workers:
             args.append(("persistent_workers", True))
+        if not config.in_order:
+            args.append(("in_order", False))
+        if config.start_method:
+            args.append(("multiprocessing_context", config.start_method))
     if config.pin_memory:
         args.append(("pin_memory", True))
     lines = ["loader = DataLoader(", "    dataset,"]

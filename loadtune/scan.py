@@ -49,13 +49,15 @@ class ScanOptions:
     target_spread: float = 0.03  # stop a trial's blocks once its median is known this well (relative)
     timeout: float = 120.0  # hard limit per trial, seconds
     noise_floor: float = NOISE_FLOOR
+    allow_reorder: bool = False  # the training tolerates batches out of order: search in_order=False too
+    start_method: list[str] | None = None  # start methods to search, e.g. ["fork", "spawn"]; None: default only
     search: str = "adaptive"  # "adaptive" or "grid" (exhaustive)
     budget: float | None = None  # seconds for the whole scan; no new trial starts past it
     confirm: int = 1  # rounds in which the contenders are re-measured side by side
     seed: int = 0  # trial order and shuffling
 
     def validate(self) -> None:
-        for name in ("pin", "persistent", "shuffle", "drop_last"):
+        for name in ("pin", "persistent", "shuffle", "drop_last", "allow_reorder"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (value is None and name in ("pin", "persistent")):
                 raise OptionsError(f"{name} must be true or false, got {value!r}")
@@ -97,7 +99,7 @@ def resolve_options(spec_defaults: dict, overrides: dict) -> ScanOptions:
                 raise OptionsError(f"unknown option {key!r} in {origin}; known: {', '.join(sorted(known))}")
             if value is not None:
                 merged[key] = value
-    for key in ("batch_size", "workers", "prefetch"):
+    for key in ("batch_size", "workers", "prefetch", "start_method"):
         if key in merged:
             merged[key] = as_list(merged[key])
     opts = ScanOptions(**merged)
@@ -170,6 +172,8 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
         prefetch=opts.prefetch,
         pin=opts.pin,
         persistent=opts.persistent,
+        in_order=[True, False] if opts.allow_reorder else [True],
+        start_methods=list(opts.start_method) if opts.start_method else [None],
     )
     try:
         configs, skips = build_grid(space, accelerator)

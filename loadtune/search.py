@@ -98,7 +98,8 @@ class AdaptiveSearch:
         if workers == 0:
             return TrialConfig(batch_size, 0, pin, None, False, transfer)
         persistent = self.space.persistent is not False
-        return TrialConfig(batch_size, workers, pin, min(self.space.prefetch), persistent, transfer)
+        return TrialConfig(batch_size, workers, pin, min(self.space.prefetch), persistent, transfer,
+                           self.space.in_order[0], self.space.start_methods[0])
 
     def propose(self, result: ScanResult) -> list[Proposal]:
         done = measured(result)
@@ -173,6 +174,8 @@ class AdaptiveSearch:
                 out += [replace(c, prefetch_factor=p) for p in self.space.prefetch]
                 if self.space.persistent is None and self.epochs_matter(top):
                     out.append(replace(c, persistent_workers=not c.persistent_workers))
+                out += [replace(c, in_order=o) for o in self.space.in_order]
+                out += [replace(c, start_method=m) for m in self.space.start_methods]
             if self.accelerator and self.space.pin is None:
                 pin = not c.pin_memory
                 out.append(replace(c, pin_memory=pin, transfer="non_blocking" if pin else "sync"))
