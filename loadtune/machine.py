@@ -100,10 +100,17 @@ class MachineInfo:
     cuda: str | None
     start_method: str
     gpus: list[GPUInfo] = field(default_factory=list)
+    torch_threads: int = 0  # intra-op threads of a process (workers use 1): num_workers=0 gets these
+    load_average: float | None = None  # 1-minute load when the scan started: a busy machine is a noisy one
 
     @property
     def has_accelerator(self) -> bool:
         return bool(self.gpus)
+
+    @property
+    def busy(self) -> bool:
+        """More than half the usable cores were already taken by other work before the scan."""
+        return self.load_average is not None and self.load_average > 0.5 * self.usable_cores
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -163,4 +170,6 @@ def collect() -> MachineInfo:
         cuda=torch.version.cuda,
         start_method=multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0],
         gpus=cuda_gpus(),
+        torch_threads=torch.get_num_threads(),
+        load_average=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     )

@@ -24,6 +24,12 @@ def rate(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
 
+def spread_text(est) -> str:
+    """``1,234 ±2.1%``; a spread past ±99% says nothing a reader can use, so it says "noisy"."""
+    spread = f"±{est.rel_spread:.1%}" if est.rel_spread < 0.995 else "noisy"
+    return f"{rate(est.median)} {spread}"
+
+
 def bar(fraction: float, width: int = BAR_WIDTH) -> str:
     """A relative bar with eighth-block resolution."""
     eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
@@ -75,7 +81,7 @@ def trial_table(result: ScanResult) -> Table:
         table.add_row(
             str(rank) if est else "",
             label,
-            f"{rate(est.median)} ±{est.rel_spread:.1%}" if est else "-",
+            spread_text(est) if est else "-",
             bar(est.median / top) if est and top else "",
             f"{trial.startup_s:.2f}s" if trial.startup_s is not None else "-",
             short_bytes(trial.memory.peak_bytes if trial.memory else None),
@@ -83,6 +89,8 @@ def trial_table(result: ScanResult) -> Table:
         )
     for skip in result.skipped:
         table.add_row("", Text(skip.what, style="dim"), "-", "", "-", "-", Text("skipped", style="yellow"))
+    table.caption = "★ recommended · default: PyTorch's defaults · ±: 95% interval of the median · start: time to first batch · mem: PSS of main process + workers · ×N: runs pooled"
+    table.caption_justify = "left"
     return table
 
 
@@ -97,6 +105,7 @@ def notes(result: ScanResult) -> list[Text]:
         out = [Text(f"• {c.config.label()} failed: {c.error.message}", style="red") for c in failed]
     for t in configs:
         out += [Text(f"• {t.config.label()}: {w}", style="yellow") for w in t.warnings]
+    out += [Text(f"• {note}", style="cyan") for note in result.notes]
     out += [Text(f"• {s.what} skipped: {s.why}", style="yellow") for s in result.skipped]
     return out
 
@@ -120,7 +129,16 @@ def recommendation_panel(result: ScanResult) -> Panel:
             + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n")
         )
     elif rec.baseline == rec.config:
-        lines.append("PyTorch's defaults (num_workers=0) are as fast as anything measured here.\n")
+        others = [c for c in result.configs if c.ok and c.config.num_workers > 0]
+        if others:
+            runner_up = max(others, key=lambda c: c.estimate.median)
+            times = est.median / runner_up.estimate.median
+            lines.append(
+                f"PyTorch's defaults (num_workers=0) win: {times:.2f}× the best config with workers ({runner_up.config.label()}); "
+                "handing samples between processes costs more than producing them here.\n"
+            )
+        else:
+            lines.append("PyTorch's defaults (num_workers=0) are the only config measured.\n")
     else:
         lines.append("PyTorch's defaults were not measured at this batch size.\n")
     lines.append(f"Why: {rec.reason}.\n")

@@ -211,6 +211,7 @@ class ScanResult:
     settings: dict
     trials: list[Trial] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the search did beyond the grid, machine warnings
     recommendation: Recommendation | None = None
     state: str = "running"  # "running" | "complete" | "interrupted"
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
@@ -238,6 +239,7 @@ class ScanResult:
             "machine": self.machine.to_dict(),
             "settings": self.settings,
             "skipped": [asdict(s) for s in self.skipped],
+            "notes": self.notes,
             "trials": [t.to_dict() for t in self.trials],
             "recommendation": self.recommendation.to_dict() if self.recommendation else None,
         }
@@ -258,6 +260,7 @@ class ScanResult:
                 settings=data["settings"],
                 trials=[Trial.from_dict(t) for t in data["trials"]],
                 skipped=[Skip(**s) for s in data.get("skipped", [])],
+                notes=list(data.get("notes", [])),
                 recommendation=Recommendation.from_dict(data["recommendation"]) if data.get("recommendation") else None,
                 state=data["state"],
                 created=data["created"],

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from .faults import diagnose
 from .measure import LoaderOptions, Timing, TrialFailure, measure
 from .memory import MemorySampler
@@ -102,12 +104,28 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
         conn.close()
 
 
-def kill_group(pid: int) -> None:
-    """SIGKILL the trial's whole session: the child and every worker it started. No orphans."""
+def kill_group(pid: int, wait_s: float = 5.0) -> None:
+    """SIGKILL the trial's whole session (the child and every worker it started) and wait until
+    they are dead: no process of the trial outlives ``run_trial``."""
+    try:
+        members = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        members = []
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    deadline = time.monotonic() + wait_s
+    while any(still_running(p) for p in members) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def still_running(proc: psutil.Process) -> bool:
+    """Not yet dead; a zombie is dead (it waits only for its new parent, init, to reap it)."""
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def signal_name(code: int) -> str:

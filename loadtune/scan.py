@@ -189,6 +189,7 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
         strategy = AdaptiveSearch(
             space, accelerator, defaults, opts.noise_floor, max_workers=max(MAX_WORKERS_FLOOR, 8 * info.usable_cores),
             memory_available=info.memory_available_bytes, confirm_rounds=opts.confirm, seed=opts.seed,
+            extend=opts.workers is None,
         )
     settings = {
         "options": asdict(opts),
@@ -198,6 +199,11 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
         "planned": [c.key for c in configs],
     }
     result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=skips)
+    if info.busy:
+        result.notes.append(
+            f"the machine was busy before the scan (load average {info.load_average:.1f} on {info.usable_cores} usable "
+            "cores): other work competes with the trials, so figures are noisier and lower; re-run on a quiet machine"
+        )
     return Plan(source, spec, opts, info, device, strategy, result)
 
 
@@ -278,6 +284,7 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     if isinstance(strategy, AdaptiveSearch):
         known = {(s.what, s.why) for s in result.skipped}
         result.skipped += [s for s in strategy.notes(result) if (s.what, s.why) not in known]
+        result.notes += [n for n in strategy.remarks(result) if n not in result.notes]
     result.state = "complete"
     save()
     return result

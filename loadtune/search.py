@@ -86,7 +86,9 @@ class AdaptiveSearch:
         memory_available: int,
         confirm_rounds: int = 1,
         seed: int = 0,
+        extend: bool = True,
     ):
+        self.extend = extend  # False when the user listed the worker counts: theirs is the range
         self.space, self.accelerator, self.references = space, accelerator, references
         self.noise_floor, self.max_workers, self.memory_available = noise_floor, max_workers, memory_available
         self.rounds, self.seed = confirm_rounds, seed
@@ -151,7 +153,7 @@ class AdaptiveSearch:
         higher = [w for w in grid if w > workers]
         if higher:
             return higher[0]
-        if misses or workers == 0 or 2 * workers > self.max_workers:
+        if not self.extend or misses or workers == 0 or 2 * workers > self.max_workers:
             return None
         ok = [p for p in points if p.ok and p.memory]
         if len(ok) >= 2:  # per-worker memory, from the last two measured counts
@@ -186,6 +188,17 @@ class AdaptiveSearch:
         """persistent_workers only changes what happens at an epoch's end; if no epoch ended inside a
         trial, training's epochs are long next to start-up and the knob cannot be told apart here."""
         return any((t.warmup and t.warmup.epochs) or any(b.epochs for b in t.blocks) for t in config.trials)
+
+    def remarks(self, result: ScanResult) -> list[str]:
+        """What the search measured beyond the grid, said plainly."""
+        top = max(self.space.workers)
+        out = []
+        for batch_size in sorted(set(self.space.batch_sizes)):
+            beyond = sorted({c.num_workers for c in measured(result) if c.batch_size == batch_size and c.num_workers > top})
+            if beyond:
+                out.append(f"num_workers {','.join(map(str, beyond))} (bs{batch_size}) added past the grid's {top}: "
+                           "throughput was still rising at its edge (workers that wait on I/O need no core each)")
+        return out
 
     def notes(self, result: ScanResult) -> list[Skip]:
         """What the search chose not to measure, and why (shown as skipped rows)."""
