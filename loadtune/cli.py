@@ -14,7 +14,7 @@ from rich.text import Text
 
 from .plan import PlanError, parse_int_list
 from .report import ProgressDisplay, print_report
-from .results import ResultError, check_writable
+from .results import ResultError, ScanResult, check_writable
 from .scan import OptionsError, execute, prepare, resume_from
 from .spec import SpecError
 
@@ -112,6 +112,16 @@ def scan(
     console.print(f"Saved to {json_path}", style="dim")
     if not result.ok_trials:
         raise fail("no trial could be measured; see the failures above", EXIT_NOTHING_MEASURED)
+
+
+@app.command()
+def show(result_path: Path = typer.Argument(..., metavar="RESULT", help="a saved scan, e.g. loadtune.json")) -> None:
+    """Render a saved scan again (table and recommendation) without measuring anything."""
+    try:
+        result = ScanResult.load(result_path)
+    except ResultError as exc:
+        raise fail(str(exc)) from None
+    print_report(Console(), result)
 
 
 def main() -> None:

@@ -52,6 +52,11 @@ def test_scan_end_to_end_table_snippet_and_json(tmp_path):
     result = ScanResult.load(out)  # the saved file reads back into the same model
     assert result.recommendation.config.num_workers == rec["config"]["num_workers"]
 
+    shown = run_cli("show", out)  # rendered again from the file, nothing measured
+    assert shown.returncode == 0, shown.stderr
+    assert "w0 bs32" in shown.stdout and "w2 pf2 bs32" in shown.stdout and "loader = DataLoader(" in shown.stdout
+    assert run_cli("show", tmp_path / "missing.json").returncode == 2
+
 
 def test_reference_default_config_is_measured_when_grid_lacks_it(tmp_path):
     out = tmp_path / "r.json"
