@@ -1,10 +1,13 @@
 """The command line: a thin typer layer over ``loadtune.scan``.
 
-Exit codes: 0 done, 2 usage or spec error, 3 no trial could be measured, 130 interrupted.
+Exit codes: 0 done (check: passed), 1 check found a regression, 2 usage, spec or baseline error,
+3 nothing could be measured, 130 interrupted.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -14,10 +17,15 @@ from rich.text import Text
 
 from .plan import PlanError, parse_int_list
 from .report import ProgressDisplay, print_report
-from .results import ResultError, ScanResult, check_writable
+from . import check as check_mod
+from .check import BaselineError, parse_tolerance, run_check
+from .plan import DEFAULT_PREFETCH, TrialConfig
+from .project import ProjectError, project_defaults
+from .results import ResultError, ScanResult, check_writable, write_atomic
 from .scan import OptionsError, execute, prepare, resume_from
 from .spec import SpecError
 
+EXIT_REGRESSION = 1
 EXIT_USAGE = 2
 EXIT_NOTHING_MEASURED = 3
 EXIT_INTERRUPTED = 130
@@ -39,9 +47,28 @@ def int_list(text: Optional[str], name: str) -> Optional[list[int]]:
     return None if text is None else parse_int_list(text, name)
 
 
+def load_project() -> dict:
+    """``[tool.loadtune]`` of the nearest pyproject.toml (empty when there is none)."""
+    return project_defaults()[0]
+
+
+def missing(what: str, key: str):
+    raise OptionsError(f"no {what} given: pass it, or set {key} = ... under [tool.loadtune] in pyproject.toml")
+
+
+USER_ERRORS = (SpecError, OptionsError, PlanError, ResultError, ProjectError, BaselineError)
+
+
+def tolerance_value(text) -> float:
+    try:
+        return parse_tolerance(text)
+    except ValueError as exc:
+        raise OptionsError(f"--tolerance: {exc}") from None
+
+
 @app.command()
 def scan(
-    spec: str = typer.Argument(..., help="Spec file that builds the dataset: dataset.py or dataset.py:factory"),
+    spec: Optional[str] = typer.Argument(None, help="Spec file that builds the dataset: dataset.py or dataset.py:factory (default: [tool.loadtune] spec)"),
     workers: Optional[str] = typer.Option(None, help="num_workers values, e.g. 0,2,4 (default: 0,1,2,4,… up to 2× usable cores)"),
     batch_size: Optional[str] = typer.Option(None, "--batch-size", help="batch sizes, e.g. 32,64 (default: the spec's, else 64)"),
     prefetch: Optional[str] = typer.Option(None, help="prefetch_factor values (only with workers) (default: 2,4)"),
@@ -62,7 +89,7 @@ def scan(
     confirm: Optional[int] = typer.Option(None, help="rounds re-measuring the contenders side by side (default: 1)"),
     timeout: Optional[float] = typer.Option(None, help="hard limit per trial in seconds (default: 120)"),
     seed: Optional[int] = typer.Option(None, help="seed of the trial order and of shuffling (default: 0)"),
-    json_path: Path = typer.Option(Path("loadtune.json"), "--json", help="where to save the full result (rewritten after every trial)"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="where to save the full result, rewritten after every trial (default: loadtune.json)"),
     resume: bool = typer.Option(False, "--resume", help="continue the interrupted scan saved at --json, without re-running its finished trials"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display"),
 ) -> None:
@@ -91,11 +118,15 @@ def scan(
             timeout=timeout,
             seed=seed,
         )
+        project = load_project()
+        overrides = {k: v if v is not None else project.get(k) for k, v in overrides.items()}  # flags > pyproject
+        spec = spec or project.get("spec") or missing("a spec file", "spec")
+        json_path = json_path or Path(project.get("json", "loadtune.json"))
         check_writable(json_path)
         plan = prepare(spec, **overrides)
         if resume:
             resume_from(plan, json_path)
-    except (SpecError, OptionsError, PlanError, ResultError) as exc:
+    except USER_ERRORS as exc:
         raise fail(str(exc)) from None
     result = plan.result
     try:
@@ -115,6 +146,69 @@ def scan(
 
 
 @app.command()
+def check(
+    spec: Optional[str] = typer.Argument(None, help="the spec file of the baseline's dataset (default: [tool.loadtune] spec)"),
+    baseline: Optional[Path] = typer.Option(None, help="a saved scan to compare with (default: [tool.loadtune] baseline, else loadtune.json)"),
+    tolerance: Optional[str] = typer.Option(None, help="slowdown allowed, beyond the noise, e.g. 10% (default: 10%)"),
+    min_throughput: Optional[float] = typer.Option(None, "--min-throughput", help="absolute floor in samples/s"),
+    workers: Optional[int] = typer.Option(None, help="check this num_workers instead of the baseline's pick"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="check this batch size instead of the baseline's pick"),
+    prefetch: Optional[int] = typer.Option(None, help="check this prefetch_factor instead of the baseline's pick"),
+    pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="check this pin_memory instead of the baseline's pick"),
+    persistent: Optional[bool] = typer.Option(None, "--persistent/--no-persistent", help="check this persistent_workers instead"),
+    rounds: int = typer.Option(3, min=1, help="interleaved rounds of (calibration, config, PyTorch's defaults)"),
+    junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="write a JUnit XML report here"),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the full check result here"),
+) -> None:
+    """Re-measure the baseline's recommended config; exit 1 when loading got slower beyond tolerance and noise."""
+    console = Console()
+    try:
+        project = load_project()
+        spec = spec or project.get("spec") or missing("spec file", "spec")
+        baseline_path = baseline or Path(project.get("baseline", "loadtune.json"))
+        tol = tolerance_value(tolerance if tolerance is not None else project.get("tolerance", 0.10))
+        floor = min_throughput if min_throughput is not None else project.get("min_throughput")
+        for path in (junit_xml, markdown_path, json_path):
+            if path is not None:
+                check_writable(path)
+        saved = ScanResult.load(baseline_path)
+        config = explicit_config(saved, workers=workers, batch_size=batch_size, prefetch=prefetch, pin=pin, persistent=persistent)
+        outcome = run_check(spec, saved, config, tol, floor, rounds)
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    print_check(console, outcome)
+    if junit_xml:
+        write_atomic(junit_xml, check_mod.junit_xml(outcome))
+    if markdown_path:
+        write_atomic(markdown_path, check_mod.markdown(outcome))
+    if json_path:
+        write_atomic(json_path, json.dumps(outcome.to_dict(), indent=1) + "\n")
+    if outcome.status == check_mod.NOTHING:
+        raise typer.Exit(EXIT_NOTHING_MEASURED)
+    if outcome.status == check_mod.REGRESSION:
+        raise typer.Exit(EXIT_REGRESSION)
+
+
+def explicit_config(saved: ScanResult, **given) -> Optional[TrialConfig]:
+    """The baseline's pick with the given knobs replaced, or None when none is given."""
+    if all(v is None for v in given.values()) or saved.recommendation is None:
+        return None
+    base = saved.recommendation.config
+    workers = given["workers"] if given["workers"] is not None else base.num_workers
+    changes = {
+        "num_workers": workers,
+        "batch_size": given["batch_size"] or base.batch_size,
+        "prefetch_factor": (given["prefetch"] or base.prefetch_factor or DEFAULT_PREFETCH) if workers else None,
+        "persistent_workers": bool(given["persistent"] if given["persistent"] is not None else base.persistent_workers) and workers > 0,
+        "pin_memory": given["pin"] if given["pin"] is not None else base.pin_memory,
+    }
+    return replace(base, **changes)
+
+
+@app.command()
 def show(result_path: Path = typer.Argument(..., metavar="RESULT", help="a saved scan, e.g. loadtune.json")) -> None:
     """Render a saved scan again (table and recommendation) without measuring anything."""
     try:
@@ -122,6 +216,18 @@ def show(result_path: Path = typer.Argument(..., metavar="RESULT", help="a saved
     except ResultError as exc:
         raise fail(str(exc)) from None
     print_report(Console(), result)
+
+
+def print_check(console: Console, outcome) -> None:
+    console.print(check_mod.summary_line(outcome), highlight=False)
+    for (rate_, cal), i in zip(outcome.rounds, range(1, len(outcome.rounds) + 1)):
+        console.print(f"  round {i}: config {rate_ or 0:,.0f} samples/s, calibration {cal or 0:,.0f} samples/s", style="dim")
+    if outcome.default_rate:
+        console.print(f"  PyTorch's defaults now: {outcome.default_rate:,.0f} samples/s", style="dim")
+    for line in outcome.environment:
+        console.print(f"  environment changed: {line}", style="yellow")
+    style = {check_mod.PASS: "bold green", check_mod.REGRESSION: "bold red"}.get(outcome.status, "bold yellow")
+    console.print(Text(outcome.status.upper() + (": " + "; ".join(outcome.reasons) if outcome.reasons else ""), style=style))
 
 
 def main() -> None:

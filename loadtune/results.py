@@ -212,6 +212,7 @@ class ScanResult:
     trials: list[Trial] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the search did beyond the grid, machine warnings
+    calibration: list[Trial] = field(default_factory=list)  # loadtune's yardstick workload, same run
     recommendation: Recommendation | None = None
     state: str = "running"  # "running" | "complete" | "interrupted"
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
@@ -240,6 +241,7 @@ class ScanResult:
             "settings": self.settings,
             "skipped": [asdict(s) for s in self.skipped],
             "notes": self.notes,
+            "calibration": [t.to_dict() for t in self.calibration],
             "trials": [t.to_dict() for t in self.trials],
             "recommendation": self.recommendation.to_dict() if self.recommendation else None,
         }
@@ -261,6 +263,7 @@ class ScanResult:
                 trials=[Trial.from_dict(t) for t in data["trials"]],
                 skipped=[Skip(**s) for s in data.get("skipped", [])],
                 notes=list(data.get("notes", [])),
+                calibration=[Trial.from_dict(t) for t in data.get("calibration", [])],
                 recommendation=Recommendation.from_dict(data["recommendation"]) if data.get("recommendation") else None,
                 state=data["state"],
                 created=data["created"],

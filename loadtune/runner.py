@@ -67,8 +67,10 @@ def main_module_hidden():
     leaves the child's ``__main__`` empty."""
     main = sys.modules.get("__main__")
     saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if main and name in main.__dict__}
-    for name in saved:
-        setattr(main, name, None) if name == "__spec__" else delattr(main, name)
+    if "__file__" in saved:
+        del main.__file__
+    if "__spec__" in saved:
+        main.__spec__ = None
     try:
         yield
     finally:
@@ -82,11 +84,11 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
+    spec = None
     try:
         import torch
 
         multiprocessing.set_start_method(request.start_method, force=True)
-        spec = None
         spec = load_spec(source) if isinstance(source, SpecRef) else source
         emit = lambda kind, payload: conn.send((kind, payload))  # noqa: E731
         measure(spec, request.config, torch.device(request.device), request.timing, request.options, emit)
@@ -172,14 +174,15 @@ def run_trial(
     trial = Trial(config=request.config, status="failed")
     started = time.monotonic()
     proc = ctx.Process(target=_child, args=(source, request, send, str(log_path)), name="loadtune-trial")
-    with main_module_hidden():
-        proc.start()
-    send.close()
-    if on_event:
-        on_event("process", proc.pid)  # the trial's session id too: its whole tree is killed by it
-    sampler = MemorySampler(proc.pid)
     finished = False
+    sampler = None
     try:
+        with main_module_hidden():
+            proc.start()
+        send.close()
+        if on_event:
+            on_event("process", proc.pid)  # the trial's session id too: its whole tree is killed by it
+        sampler = MemorySampler(proc.pid)
         deadline = started + request.timeout_s
         while True:
             remaining = deadline - time.monotonic()
@@ -215,15 +218,16 @@ def run_trial(
             sampler.maybe_sample()
         if trial.error is None or trial.error.kind != "timeout":
             proc.join(10)
-    finally:
-        kill_group(proc.pid)
-        proc.join(5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+    finally:  # also on Ctrl-C: nothing of the trial survives it
+        if proc.pid is not None:
+            kill_group(proc.pid)
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
         recv.close()
         trial.wall_s = time.monotonic() - started
-        trial.memory = sampler.result()
+        trial.memory = sampler.result() if sampler else None
     if finished and trial.blocks:
         trial.status = "ok"
     elif trial.error is None:

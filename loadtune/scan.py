@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import calibration
 from . import machine as machine_mod
 from .measure import LoaderOptions, Timing
 from .plan import PlanError, SearchSpace, Skip, TrialConfig, build_grid, default_workers, reference_configs
@@ -249,13 +250,18 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
         min_blocks=opts.min_blocks, target_spread=opts.target_spread,
     )
     loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
+    request_for = lambda config: TrialRequest(config, plan.device, timing, loader_options, opts.timeout, plan.machine.start_method)  # noqa: E731
     save = (lambda: result.save(json_path)) if json_path else (lambda: None)
     planned = len(strategy.configs) if isinstance(strategy, GridSearch) else None
     if observer:
         observer.scan_started(result, planned, opts.budget)
     save()
     started = time.monotonic()
+    calibrate = lambda: result.calibration.append(run_trial(calibration.REF, replace(request_for(calibration.CONFIG), device="cpu")))  # noqa: E731
     try:
+        if not result.calibration:
+            calibrate()  # the machine's speed now, for ``check`` to compare ratios across machines
+            save()
         while proposals := strategy.propose(result):
             config, round_ = proposals[0].config, proposals[0].round
             oom = oom_batch_size(result)
@@ -263,19 +269,20 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
                 result.skipped.append(Skip(config.label(), f"CUDA out of memory at batch size {oom}", config.key))
                 save()
                 continue
-            if opts.budget and time.monotonic() - started + expected_trial_s(result, opts) > opts.budget:
+            # the next trial and the closing calibration must both fit
+            if opts.budget and time.monotonic() - started + 2 * expected_trial_s(result, opts) > opts.budget:
                 result.skipped.append(Skip(f"{len(proposals)}+ more trials", f"the {opts.budget:g} s budget would be exceeded"))
                 break
             if observer:
                 observer.trial_started(len(result.trials), config, round_)
-            request = TrialRequest(config, plan.device, timing, loader_options, opts.timeout, plan.machine.start_method)
-            trial = run_trial(plan.source, request, observer.trial_event if observer else None)
+            trial = run_trial(plan.source, request_for(config), observer.trial_event if observer else None)
             trial.reference, trial.round = config.key in references, round_
             result.trials.append(trial)
             result.recommendation = recommend(result.trials, opts.noise_floor)
             save()
             if observer:
                 observer.trial_finished(len(result.trials) - 1, trial, result)
+        calibrate()  # again at the end: drift during the scan shows as a difference
     except KeyboardInterrupt:
         result.state = "interrupted"
         result.recommendation = recommend(result.trials, opts.noise_floor)

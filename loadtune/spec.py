@@ -36,6 +36,7 @@ class SpecRef:
 
     path: str
     factory: str = DEFAULT_FACTORY
+    module: str | None = None  # an importable module instead of a file (loadtune's own calibration)
 
     @classmethod
     def parse(cls, target: str | Path) -> "SpecRef":
@@ -160,7 +161,7 @@ def load_spec(target: str | Path | SpecRef) -> LoadedSpec:
     """Import a spec file and build its dataset; raises SpecError with file and line on user mistakes."""
     ref = target if isinstance(target, SpecRef) else SpecRef.parse(target)
     path = Path(ref.path)
-    module = import_spec(path)
+    module = importlib.import_module(ref.module) if ref.module else import_spec(path)
     dataset = build_dataset(module, ref, path)
     defaults = getattr(module, "loadtune", {})
     if not isinstance(defaults, dict):

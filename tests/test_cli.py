@@ -176,7 +176,7 @@ def test_ctrl_c_prints_and_saves_the_finished_trials(tmp_path):
             break
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     assert "Interrupted" in stdout and "Recommendation" in stdout
     data = json.loads(out.read_text())

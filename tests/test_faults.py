@@ -107,7 +107,7 @@ def interrupt_after_first_trial(cmd, out):
     while time.monotonic() < deadline and not (out.exists() and json.loads(out.read_text())["trials"]):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
-    proc.communicate(timeout=60)
+    proc.communicate(timeout=120)
     return proc.returncode
 
 
