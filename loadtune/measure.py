@@ -4,8 +4,9 @@ Protocol: time to first batch (``iter`` + first ``next``: worker start-up) on it
 phase that drains the prefetch queue and is discarded; then timed blocks of at least ``block_s``.
 Phases are contiguous: each ends where the next begins, and device work is synchronised only at
 those boundaries, so the overlap of loading, copying and compute stays in what is measured.
-A phase that crosses an epoch boundary ends only at an epoch boundary, so every block of a short
-dataset holds whole epochs (and the worker restarts that ``persistent_workers`` removes).
+Once a short epoch (up to a few blocks long) has ended, phases end only at epoch boundaries, so
+every block of a short dataset holds whole epochs (and the worker restarts that
+``persistent_workers`` removes); a long epoch does not stretch every block to its length.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class LoaderOptions:
     shuffle: bool = True
     drop_last: bool = False
     seed: int = 0
+
+
+ALIGN_EPOCHS_UP_TO = 4  # epochs up to this many block lengths are measured whole
 
 
 class TrialFailure(Exception):
@@ -118,15 +122,18 @@ class SampleCounter:
 class Meter:
     """Drives the loader through phases of a trial and times them."""
 
-    def __init__(self, loader: DataLoader, consume: Callable, sync: Callable, count: SampleCounter):
+    def __init__(self, loader: DataLoader, consume: Callable, sync: Callable, count: SampleCounter, align_s: float = math.inf):
         self.loader, self.consume, self.sync, self.count = loader, consume, sync, count
+        self.align_s = align_s  # epochs up to this long are measured whole
         self.iterator = None
         self.pending = None
         self.mark = 0.0
-        self.aligned = False  # set once an epoch has ended: phases then end at epoch boundaries
+        self.aligned = False  # set once a short epoch has ended: phases then end at epoch boundaries
+        self.epoch_started = 0.0
 
     def _next(self) -> Any:
         if self.iterator is None:
+            self.epoch_started = time.perf_counter()
             self.iterator = iter(self.loader)
             self.count.new_epoch()
         return next(self.iterator)
@@ -144,9 +151,9 @@ class Meter:
     def phase(self, min_s: float, min_batches: int = 1, deadline: float = math.inf) -> Block:
         """Consume batches for at least ``min_s`` and ``min_batches``, then synchronise the device once.
 
-        Once the trial has seen an epoch end, the dataset is short next to the measurement, and
-        phases end only at epoch boundaries: every block then holds whole epochs, with the worker
-        restarts between them that ``persistent_workers`` removes."""
+        Once an epoch no longer than ``align_s`` has ended, the dataset is short next to the
+        measurement, and phases end only at epoch boundaries: every block then holds whole epochs,
+        with the worker restarts between them that ``persistent_workers`` removes."""
         clock = time.perf_counter
         start = self.mark
         samples = batches = epochs = 0
@@ -160,9 +167,11 @@ class Meter:
                     if self.count.position == 0:
                         raise TrialFailure("an epoch yielded no batch") from None
                     self.iterator = None
-                    self.aligned = True
                     epochs += 1
                     now = clock()
+                    # a short epoch: blocks of whole epochs. A long one: time-based blocks, or one block
+                    # could last an epoch of minutes; its restart is then a small share of the epoch.
+                    self.aligned = self.aligned or now - self.epoch_started <= self.align_s
                     if (batches >= min_batches and now - start >= min_s) or now > deadline:
                         break
                     continue
@@ -193,7 +202,8 @@ def measure(
         torch.zeros(1, device=device)  # create the context now, not inside the first timed copy
         torch.cuda.synchronize(device)
     loader = make_loader(spec, config, options)
-    meter = Meter(loader, make_consumer(spec, config, device), device_sync(device), SampleCounter(spec, config, options.drop_last))
+    meter = Meter(loader, make_consumer(spec, config, device), device_sync(device),
+                  SampleCounter(spec, config, options.drop_last), ALIGN_EPOCHS_UP_TO * timing.block_s)
     emit("startup", meter.startup())
     warm_batches = config.num_workers * (config.prefetch_factor or DEFAULT_PREFETCH) + 1
     consume, detector = meter.consume, None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -128,7 +129,17 @@ class ConfigResult:
 
     @property
     def estimate(self) -> Estimate | None:
-        return estimate([b.rate for b in self.blocks]) if self.ok else None
+        """One run: its own estimate. Several: the median of their medians, with an interval spanning
+        theirs. Runs weigh the same (pooling blocks would favour a disturbed run, which measures
+        more blocks before its spread is small), and the spread between runs widens the interval."""
+        runs = [t.estimate for t in self.trials if t.ok]
+        if len(runs) <= 1:
+            return runs[0] if runs else None
+        mid = statistics.median(e.median for e in runs)
+        return Estimate(
+            mid, min(e.low for e in runs), max(e.high for e in runs),
+            min(e.q1 for e in runs), max(e.q3 for e in runs), sum(e.n for e in runs),
+        )
 
     @property
     def startup_s(self) -> float | None:

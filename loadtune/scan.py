@@ -24,7 +24,7 @@ from .search import AdaptiveSearch, GridSearch
 from .spec import LoadedSpec, SpecRef, from_objects, load_spec
 
 DEFAULT_BATCH_SIZE = 64
-MAX_WORKERS_FLOOR = 16  # the adaptive search may extend num_workers up to max(this, 8 x usable cores)
+MAX_WORKERS_FLOOR = 64  # the adaptive search may extend num_workers up to max(this, 8 x usable cores), memory allowing
 
 
 class OptionsError(ValueError):

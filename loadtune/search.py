@@ -19,7 +19,7 @@ from .results import ConfigResult, ScanResult, by_config
 from .stats import indistinguishable
 
 MAX_CONFIRM = 4  # contenders re-measured at most: the cheapest ones and the fastest
-PATIENCE = 2  # consecutive worker counts without a gain before the sweep stops
+PATIENCE = 2  # consecutive worker counts (>= 1) without a gain before the sweep stops
 EXTEND_MEMORY_FRACTION = 0.5  # extend past the grid only while projected memory stays under this share
 
 
@@ -132,8 +132,10 @@ class AdaptiveSearch:
             if config not in done:
                 return config
             point = done[config]
-            if point.ok:
-                best = max((p for p in points if p.ok), key=lambda p: p.estimate.median, default=None)
+            if workers == 0:
+                pass  # the in-process loader is another regime, not a step of the worker curve: no gain or miss
+            elif point.ok:
+                best = max((p for p in points if p.ok and p.config.num_workers), key=lambda p: p.estimate.median, default=None)
                 gained = best is None or (
                     point.estimate.median > best.estimate.median
                     and not indistinguishable(point.estimate, best.estimate, self.noise_floor)

@@ -78,3 +78,16 @@ def test_warmup_drains_the_prefetch_queue():
             lambda k, p: events.append((k, p)))
     warm = dict(events)["warmup"]
     assert warm.batches >= 2 * 4 + 1  # workers x prefetch_factor batches can be queued before timing starts
+
+
+def test_long_epochs_keep_time_based_blocks():
+    spec = load_spec(SPECS / "short_epoch.py")  # epochs of 3 batches
+    config = TrialConfig(batch_size=4, num_workers=0)
+    loader = make_loader(spec, config, LoaderOptions(shuffle=False))
+    count = SampleCounter(spec, config, False)
+    meter = Meter(loader, make_consumer(spec, config, torch.device("cpu")), lambda: None, count, align_s=0.0)
+    meter.startup()
+    meter.phase(0.01)
+    block = meter.phase(0.002)  # an epoch is "long" here (align_s=0): blocks end on time, not at epoch ends
+    assert not meter.aligned
+    assert block.seconds >= 0.002

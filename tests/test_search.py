@@ -65,10 +65,20 @@ def test_extension_respects_the_cap():
     assert max(swept_workers(result)) == 8
 
 
+def test_w1_no_faster_than_w0_does_not_end_the_sweep():
+    # costly samples, but one worker only moves the work out of the main process: w1 ~ w0, then it scales
+    rate = {0: 500, 1: 470, 2: 490, 4: 900, 8: 910, 16: 905}
+    result = drive(adaptive(workers=(0, 1, 2, 4, 8, 16)), lambda c: rate[c.num_workers])
+    assert 4 in swept_workers(result)
+    assert loadtune.recommend.recommend(result.trials).config.num_workers == 4
+
+
 def test_zero_workers_winning_stops_the_sweep_early():
     # tiny samples: inter-process transfer costs more than producing them
     result = drive(adaptive(workers=(0, 1, 2, 4, 8)), lambda c: 100_000 if c.num_workers == 0 else 15_000 + 100 * c.num_workers)
-    assert swept_workers(result) == [0, 1, 2]  # two worker counts without a gain: 4 and 8 never run
+    # num_workers=0 is another regime, not a step of the worker curve: the sweep judges 1, 2, 4 against
+    # each other, and two counts without a gain (2 and 4) end it: 8 never runs
+    assert swept_workers(result) == [0, 1, 2, 4]
     rec = loadtune.recommend.recommend(result.trials)
     assert rec.config.num_workers == 0
 
