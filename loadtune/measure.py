@@ -193,9 +193,11 @@ def measure(
     timing: Timing,
     options: LoaderOptions,
     emit: Callable[[str, Any], None],
+    measured: Callable[[], None] = lambda: None,
 ) -> None:
     """Run one trial in this process, reporting ``("startup", s)``, ``("warmup", Block)``,
-    ``("block", Block)`` through ``emit`` as they happen, so a crash later loses none of them."""
+    ``("block", Block)`` through ``emit`` as they happen, so a crash later loses none of them.
+    ``measured`` is called after the last block, with the loader and its workers still alive."""
     deadline = time.perf_counter() + timing.max_s
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -215,9 +217,13 @@ def measure(
     if detector is not None and detector.duplicated:
         emit("warning", detector.warning())
     rates: list[float] = []
+    # many workers deliver in bursts: a block spans at least two batches per worker, so its rate is
+    # not just the luck of which burst fell inside it
+    block_batches = max(1, 2 * config.num_workers)
     while not timing.enough(rates) and time.perf_counter() < deadline:
-        block = meter.phase(timing.block_s, 1, deadline)
+        block = meter.phase(timing.block_s, block_batches, deadline)
         if block.batches:
             rates.append(block.rate)
             emit("block", block)
+    measured()
     del meter, loader  # shut workers down inside the trial, not in the interpreter's exit

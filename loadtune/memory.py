@@ -64,20 +64,28 @@ class MemorySampler:
 
     pid: int
     interval_s: float = 0.25
+    timed_share: float = 0.005  # while blocks are timed, at most this share of a core goes to sampling
     start: float = field(default_factory=time.monotonic)
     peak: int = 0
     peak_processes: int = 0
     method: str = "pss"
     samples: list[tuple[float, int]] = field(default_factory=list)
+    timed: bool = False  # set while the trial's blocks are timed
     _last: float = -1e9
+    _cost: float = 0.0  # CPU seconds the last sample took (reading PSS walks every page table)
 
     def maybe_sample(self, force: bool = False) -> None:
-        """Sample if ``interval_s`` has passed (or now, when forced: e.g. once the workers exist)."""
+        """Sample if the interval has passed, or now when forced. While blocks are timed the interval
+        stretches so that sampling (tens of ms of CPU with workers) takes no measurable share of the
+        cores the trial is being timed on."""
         now = time.monotonic()
-        if now - self._last < self.interval_s and not force:
+        interval = max(self.interval_s, self._cost / self.timed_share) if self.timed else self.interval_s
+        if now - self._last < interval and not force:
             return
         self._last = now
+        cpu = time.process_time()
         total, procs, method = tree_memory(self.pid)
+        self._cost = time.process_time() - cpu
         if procs == 0:
             return
         if method == "rss":

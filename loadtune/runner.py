@@ -91,7 +91,14 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
         multiprocessing.set_start_method(request.start_method, force=True)
         spec = load_spec(source) if isinstance(source, SpecRef) else source
         emit = lambda kind, payload: conn.send((kind, payload))  # noqa: E731
-        measure(spec, request.config, torch.device(request.device), request.timing, request.options, emit)
+
+        def measured() -> None:
+            """Let the parent take its memory sample of the whole tree, untimed, before teardown."""
+            conn.send(("measured", None))
+            if conn.poll(10):
+                conn.recv()
+
+        measure(spec, request.config, torch.device(request.device), request.timing, request.options, emit, measured)
         conn.send(("done", None))
     except BaseException as exc:  # noqa: BLE001 - everything is reported, nothing escapes
         if isinstance(exc, TrialFailure):
@@ -167,7 +174,7 @@ def run_trial(
 ) -> Trial:
     """Run one trial in a child process and return what it measured, failed or not."""
     ctx = context_for(source)
-    recv, send = ctx.Pipe(duplex=False)
+    recv, send = ctx.Pipe()  # duplex: the parent acknowledges the child's "measured"
     fd, log_name = tempfile.mkstemp(prefix="loadtune-trial-", suffix=".log")
     os.close(fd)
     log_path = Path(log_name)
@@ -214,7 +221,14 @@ def run_trial(
                     on_event(kind, payload)
                 if kind in ("done", "error"):
                     break
-                sampler.maybe_sample(force=kind in ("startup", "warmup"))  # the workers are up by now
+                if kind == "warmup":
+                    sampler.timed = True  # blocks are timed from here: sample sparingly
+                elif kind == "measured":
+                    sampler.timed = False
+                    sampler.maybe_sample(force=True)  # steady state, nothing timed now
+                    recv.send("ack")
+                elif kind == "startup":
+                    sampler.maybe_sample(force=True)  # the workers are up: warm-up is untimed
             sampler.maybe_sample()
         if trial.error is None or trial.error.kind != "timeout":
             proc.join(10)
