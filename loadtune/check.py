@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
@@ -18,7 +18,7 @@ from xml.sax.saxutils import escape, quoteattr
 from . import calibration
 from .machine import MachineInfo, collect
 from .measure import LoaderOptions, Timing
-from .plan import TrialConfig
+from .plan import DEFAULT_PREFETCH, TrialConfig
 from .results import ScanResult, Trial
 from .runner import TrialRequest, run_trial
 from .spec import LoadedSpec, load_spec
@@ -164,6 +164,22 @@ def run_check(
         change_low=change[1] if change else None, change_high=change[2] if change else None,
         environment=environment_changes(baseline.machine, machine), trials=trials,
     )
+
+
+def explicit_config(saved: ScanResult, **given) -> TrialConfig | None:
+    """The baseline's pick with the given knobs replaced, or None when none is given."""
+    if all(v is None for v in given.values()) or saved.recommendation is None:
+        return None
+    base = saved.recommendation.config
+    workers = given["workers"] if given["workers"] is not None else base.num_workers
+    changes = {
+        "num_workers": workers,
+        "batch_size": given["batch_size"] or base.batch_size,
+        "prefetch_factor": (given["prefetch"] or base.prefetch_factor or DEFAULT_PREFETCH) if workers else None,
+        "persistent_workers": bool(given["persistent"] if given["persistent"] is not None else base.persistent_workers) and workers > 0,
+        "pin_memory": given["pin"] if given["pin"] is not None else base.pin_memory,
+    }
+    return replace(base, **changes)
 
 
 def junit_xml(result: CheckResult) -> str:

@@ -7,7 +7,6 @@ Exit codes: 0 done (check: passed), 1 check found a regression, 2 usage, spec or
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -15,12 +14,11 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from .plan import PlanError, parse_int_list
-from .report import ProgressDisplay, print_report
 from . import check as check_mod
-from .check import BaselineError, parse_tolerance, run_check
-from .plan import DEFAULT_PREFETCH, TrialConfig
+from .check import BaselineError, explicit_config, parse_tolerance, run_check
+from .plan import PlanError, parse_int_list
 from .project import ProjectError, project_defaults
+from .report import ProgressDisplay, print_check, print_report
 from .results import ResultError, ScanResult, check_writable, write_atomic
 from .scan import OptionsError, execute, prepare, resume_from
 from .spec import SpecError
@@ -192,22 +190,6 @@ def check(
         raise typer.Exit(EXIT_REGRESSION)
 
 
-def explicit_config(saved: ScanResult, **given) -> Optional[TrialConfig]:
-    """The baseline's pick with the given knobs replaced, or None when none is given."""
-    if all(v is None for v in given.values()) or saved.recommendation is None:
-        return None
-    base = saved.recommendation.config
-    workers = given["workers"] if given["workers"] is not None else base.num_workers
-    changes = {
-        "num_workers": workers,
-        "batch_size": given["batch_size"] or base.batch_size,
-        "prefetch_factor": (given["prefetch"] or base.prefetch_factor or DEFAULT_PREFETCH) if workers else None,
-        "persistent_workers": bool(given["persistent"] if given["persistent"] is not None else base.persistent_workers) and workers > 0,
-        "pin_memory": given["pin"] if given["pin"] is not None else base.pin_memory,
-    }
-    return replace(base, **changes)
-
-
 @app.command()
 def show(result_path: Path = typer.Argument(..., metavar="RESULT", help="a saved scan, e.g. loadtune.json")) -> None:
     """Render a saved scan again (table and recommendation) without measuring anything."""
@@ -216,18 +198,6 @@ def show(result_path: Path = typer.Argument(..., metavar="RESULT", help="a saved
     except ResultError as exc:
         raise fail(str(exc)) from None
     print_report(Console(), result)
-
-
-def print_check(console: Console, outcome) -> None:
-    console.print(check_mod.summary_line(outcome), highlight=False)
-    for (rate_, cal), i in zip(outcome.rounds, range(1, len(outcome.rounds) + 1)):
-        console.print(f"  round {i}: config {rate_ or 0:,.0f} samples/s, calibration {cal or 0:,.0f} samples/s", style="dim")
-    if outcome.default_rate:
-        console.print(f"  PyTorch's defaults now: {outcome.default_rate:,.0f} samples/s", style="dim")
-    for line in outcome.environment:
-        console.print(f"  environment changed: {line}", style="yellow")
-    style = {check_mod.PASS: "bold green", check_mod.REGRESSION: "bold red"}.get(outcome.status, "bold yellow")
-    console.print(Text(outcome.status.upper() + (": " + "; ".join(outcome.reasons) if outcome.reasons else ""), style=style))
 
 
 def main() -> None:
