@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
@@ -18,7 +18,7 @@ from xml.sax.saxutils import escape, quoteattr
 from . import calibration
 from .machine import MachineInfo, collect
 from .measure import LoaderOptions, Timing
-from .plan import DEFAULT_PREFETCH, TrialConfig
+from .plan import TrialConfig, transfer_for
 from .results import ScanResult, Trial
 from .runner import TrialRequest, run_trial
 from .spec import LoadedSpec, load_spec
@@ -108,7 +108,7 @@ def judge(
         return NOTHING, ["no round of the checked config could be measured"], None
     now = estimate(ratios)
     base, base_low, base_high = baseline
-    change = (now.median / base - 1, now.low / base_high - 1, now.high / base_low - 1)
+    change = (now.median / base - 1, now.low / base_high - 1, now.high / base_low - 1 if base_low > 0 else math.inf)
     reasons = []
     if change[0] < -tolerance and change[2] < 0:
         reasons.append(f"throughput fell {-change[0]:.1%} relative to the calibration workload (tolerance {tolerance:.0%}, "
@@ -131,6 +131,9 @@ def run_check(
     spec = load_spec(spec_target)
     check_baseline(baseline, spec)
     config = config or baseline.recommendation.config
+    picked = baseline.config_result(config)
+    if picked is None or not picked.ok:
+        raise BaselineError(f"the baseline has no measurement of {config.label()}; scan that config first")
     opts = baseline.settings["options"]
     timing = Timing(warmup_s=opts["warmup"], block_s=opts["block_time"], blocks=opts["blocks"], max_s=opts["timeout"] * 0.8,
                     min_blocks=opts.get("min_blocks", 3), target_spread=opts.get("target_spread", 0.0))
@@ -138,7 +141,7 @@ def run_check(
     machine = collect()
     device = baseline.settings["device"] if machine.has_accelerator or baseline.settings["device"] == "cpu" else "cpu"
     request = lambda c, dev: TrialRequest(c, dev, timing, loader, opts["timeout"], machine.start_method)  # noqa: E731
-    default = TrialConfig(config.batch_size, 0, transfer="sync" if device.startswith("cuda") else "none")
+    default = TrialConfig(config.batch_size, 0, transfer=transfer_for(False, device.startswith("cuda")))
     trials, pairs, defaults = [], [], []
     for _ in range(rounds):
         cal = run_trial(calibration.REF, request(calibration.CONFIG, "cpu"))
@@ -149,9 +152,6 @@ def run_check(
         if base is not None and base.ok:
             defaults.append(base.estimate.median)
     cal_then = [t.estimate.median for t in baseline.calibration if t.ok]
-    picked = baseline.config_result(config)
-    if picked is None or not picked.ok:
-        raise BaselineError(f"the baseline has no measurement of {config.label()}; scan that config first")
     ratios = [r / c for r, c in pairs if r and c]
     rates = [r for r, _ in pairs if r]
     status, reasons, change = judge(normalised(picked.estimate, cal_then), ratios, tolerance,
@@ -161,7 +161,8 @@ def run_check(
         baseline_calibration=statistics.median(cal_then), rounds=pairs,
         default_rate=statistics.median(defaults) if defaults else None, min_throughput=min_throughput,
         status=status, reasons=reasons, change=change[0] if change else None,
-        change_low=change[1] if change else None, change_high=change[2] if change else None,
+        change_low=change[1] if change else None,
+        change_high=change[2] if change and math.isfinite(change[2]) else None,  # None: unbounded (a noisy baseline)
         environment=environment_changes(baseline.machine, machine), trials=trials,
     )
 
@@ -170,16 +171,9 @@ def explicit_config(saved: ScanResult, **given) -> TrialConfig | None:
     """The baseline's pick with the given knobs replaced, or None when none is given."""
     if all(v is None for v in given.values()) or saved.recommendation is None:
         return None
-    base = saved.recommendation.config
-    workers = given["workers"] if given["workers"] is not None else base.num_workers
-    changes = {
-        "num_workers": workers,
-        "batch_size": given["batch_size"] or base.batch_size,
-        "prefetch_factor": (given["prefetch"] or base.prefetch_factor or DEFAULT_PREFETCH) if workers else None,
-        "persistent_workers": bool(given["persistent"] if given["persistent"] is not None else base.persistent_workers) and workers > 0,
-        "pin_memory": given["pin"] if given["pin"] is not None else base.pin_memory,
-    }
-    return replace(base, **changes)
+    names = {"workers": "num_workers", "batch_size": "batch_size", "prefetch": "prefetch_factor",
+             "pin": "pin_memory", "persistent": "persistent_workers"}
+    return saved.recommendation.config.with_knobs(**{names[k]: v for k, v in given.items() if v is not None})
 
 
 def junit_xml(result: CheckResult) -> str:
@@ -198,9 +192,16 @@ def junit_xml(result: CheckResult) -> str:
     )
 
 
+def change_text(result: CheckResult, dash: str) -> str:
+    if result.change is None:
+        return "-"
+    high = f"{result.change_high:+.1%}" if result.change_high is not None else "unbounded"
+    return f"{result.change:+.1%} ({result.change_low:+.1%}{dash}{high})"
+
+
 def summary_line(result: CheckResult) -> str:
     now = f"{result.rate_now:,.0f}" if result.rate_now else "-"
-    change = f"{result.change:+.1%} ({result.change_low:+.1%} to {result.change_high:+.1%})" if result.change is not None else "-"
+    change = change_text(result, " to ")
     return (f"{result.config.label()}: {now} samples/s now, {result.baseline_rate:,.0f} in the baseline; "
             f"normalised change {change}; tolerance {result.tolerance:.0%}; {result.status}")
 
@@ -209,7 +210,7 @@ def markdown(result: CheckResult) -> str:
     """A short table for a CI job summary page."""
     now = f"{result.rate_now:,.0f}" if result.rate_now else "-"
     cal_now = statistics.median([c for _, c in result.rounds if c]) if any(c for _, c in result.rounds) else None
-    change = f"{result.change:+.1%} ({result.change_low:+.1%} … {result.change_high:+.1%})" if result.change is not None else "-"
+    change = change_text(result, " … ")
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression"}.get(result.status, "⚠️ " + result.status)
     lines = [
         f"### loadtune check: {icon}",

@@ -7,6 +7,8 @@ Exit codes: 0 done (check: passed), 1 check found a regression, 2 usage, spec or
 from __future__ import annotations
 
 import json
+import signal
+from dataclasses import fields
 from pathlib import Path
 from typing import Optional
 
@@ -20,7 +22,7 @@ from .plan import PlanError, parse_int_list
 from .project import ProjectError, project_defaults
 from .report import ProgressDisplay, print_check, print_report
 from .results import ResultError, ScanResult, check_writable, write_atomic
-from .scan import OptionsError, execute, prepare, resume_from
+from .scan import OptionsError, ScanOptions, execute, prepare, resume_from
 from .spec import SpecError
 
 EXIT_REGRESSION = 1
@@ -45,9 +47,17 @@ def int_list(text: Optional[str], name: str) -> Optional[list[int]]:
     return None if text is None else parse_int_list(text, name)
 
 
+PROJECT_KEYS = {"spec", "baseline", "json", "tolerance", "min_throughput"}
+
+
 def load_project() -> dict:
-    """``[tool.loadtune]`` of the nearest pyproject.toml (empty when there is none)."""
-    return project_defaults()[0]
+    """``[tool.loadtune]`` of the nearest pyproject.toml (empty when there is none); unknown keys refused."""
+    table, path = project_defaults()
+    known = PROJECT_KEYS | {f.name for f in fields(ScanOptions)}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ProjectError(f"{path}: unknown key {unknown[0]!r} in [tool.loadtune]; known: {', '.join(sorted(known))}")
+    return table
 
 
 def missing(what: str, key: str):
@@ -118,6 +128,7 @@ def scan(
         )
         project = load_project()
         overrides = {k: v if v is not None else project.get(k) for k, v in overrides.items()}  # flags > pyproject
+        overrides.update({k: v for k, v in project.items() if k not in overrides and k not in PROJECT_KEYS})
         spec = spec or project.get("spec") or missing("a spec file", "spec")
         json_path = json_path or Path(project.get("json", "loadtune.json"))
         check_writable(json_path)
@@ -126,6 +137,8 @@ def scan(
             resume_from(plan, json_path)
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None  # nothing measured yet: nothing to save
     result = plan.result
     try:
         if quiet:
@@ -201,4 +214,9 @@ def show(result_path: Path = typer.Argument(..., metavar="RESULT", help="a saved
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, interrupt)  # a cancelled CI job: clean up and save, as on Ctrl-C
     app(prog_name="loadtune")
+
+
+def interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt

@@ -85,8 +85,9 @@ def locate_index(dataset: Any, exc_type: str, budget_s: float = LOCATE_BUDGET_S)
     return None
 
 
-def diagnose(exc: BaseException, dataset: Any = None, batch_size: int | None = None) -> TrialError:
-    """A TrialError whose message is one paragraph a user can act on."""
+def diagnose(exc: BaseException, dataset: Any = None, batch_size: int | None = None, consumer: bool = False) -> TrialError:
+    """A TrialError whose message is one paragraph a user can act on. ``consumer``: the exception came
+    from moving the batch to the device or from the spec's ``step``, not from the loader."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
     text = chain_text(exc)
     if type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in text:
@@ -107,6 +108,14 @@ def diagnose(exc: BaseException, dataset: Any = None, batch_size: int | None = N
     if exited:
         return TrialError(kind="worker_killed", message=f"DataLoader worker(s) {exited.group(1)} exited unexpectedly "
                           "(killed from outside, or out of memory): try fewer workers", exception_type=type(exc).__name__, traceback=tb)
+    if consumer:
+        return TrialError(
+            kind="step",
+            message=f"the spec's step(batch) (or the copy of the batch to the device) raised {type(exc).__name__}: "
+            f"{str(exc).strip() or type(exc).__name__}",
+            exception_type=type(exc).__name__,
+            traceback=tb,
+        )
     name, message, worker = original_error(exc)
     where = f" in worker {worker}" if worker is not None else " in the main process"
     if in_collate(exc):
@@ -145,15 +154,16 @@ def first_tensor(batch: Any):
 class DuplicateDetector:
     """Spots an IterableDataset that every worker replays in full (no sharding by worker id).
 
-    With ``in_order`` the first ``num_workers`` batches come one from each worker; if any equals the
-    first, the workers are yielding the same samples, and the throughput counts copies."""
+    With ``in_order`` batch i comes from worker i mod W. If worker 1's first batch equals worker 0's
+    while worker 0's first two batches differ (the data is not simply constant), the workers are
+    yielding the same samples, and the throughput counts copies."""
 
     def __init__(self, num_workers: int):
         self.num_workers = num_workers
         self.first: list[Any] = []
 
     def see(self, batch: Any) -> None:
-        if len(self.first) < self.num_workers:
+        if len(self.first) < 2 * self.num_workers:
             tensor = first_tensor(batch)
             if tensor is not None:
                 self.first.append(tensor.detach().clone())
@@ -162,8 +172,11 @@ class DuplicateDetector:
     def duplicated(self) -> bool:
         import torch
 
-        head = self.first[0] if self.first else None
-        return head is not None and any(t.shape == head.shape and torch.equal(t, head) for t in self.first[1:])
+        same = lambda a, b: a.shape == b.shape and torch.equal(a, b)  # noqa: E731
+        w, seen = self.num_workers, self.first
+        if len(seen) < w + 1 or same(seen[0], seen[w]):
+            return False  # too little seen, or worker 0 repeats itself: constant data proves nothing
+        return any(same(seen[0], t) for t in seen[1:w])
 
     def warning(self) -> str:
         return (

@@ -109,8 +109,9 @@ class MachineInfo:
 
     @property
     def busy(self) -> bool:
-        """More than half the usable cores were already taken by other work before the scan."""
-        return self.load_average is not None and self.load_average > 0.5 * self.usable_cores
+        """Other work already kept half the machine busy before the scan. The load average counts the
+        whole machine (a container sees its host's), so it is compared with all logical cores."""
+        return self.load_average is not None and self.load_average > 0.5 * self.logical_cores
 
     def to_dict(self) -> dict:
         return asdict(self)

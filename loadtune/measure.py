@@ -58,10 +58,15 @@ class LoaderOptions:
 
 
 ALIGN_EPOCHS_UP_TO = 4  # epochs up to this many block lengths are measured whole
+RESTART_SHARE = 0.02  # ...and longer ones too when restarting the workers costs this share of an epoch
 
 
 class TrialFailure(Exception):
     """The loader could not be measured for a reason that is not an exception of the dataset's."""
+
+
+class ConsumerError(Exception):
+    """Moving a batch to the device or the spec's ``step`` raised: not the dataset's fault."""
 
 
 def make_loader(spec: LoadedSpec, config: TrialConfig, options: LoaderOptions) -> DataLoader:
@@ -81,11 +86,21 @@ def make_consumer(spec: LoadedSpec, config: TrialConfig, device: torch.device) -
     """What happens to each batch: reach the device, then the spec's ``step``. Nothing else."""
     step = spec.step
     if config.transfer == "none":
-        return step if step is not None else (lambda batch: None)
-    non_blocking = config.transfer == "non_blocking"
-    if step is None:
-        return lambda batch: move_to(batch, device, non_blocking)
-    return lambda batch: step(move_to(batch, device, non_blocking))
+        consume = step if step is not None else (lambda batch: None)
+    else:
+        non_blocking = config.transfer == "non_blocking"
+        if step is None:
+            consume = lambda batch: move_to(batch, device, non_blocking)  # noqa: E731
+        else:
+            consume = lambda batch: step(move_to(batch, device, non_blocking))  # noqa: E731
+
+    def guarded(batch: Any) -> None:
+        try:
+            consume(batch)
+        except Exception as exc:  # zero-cost until raised (Python 3.11+), so no cost per batch
+            raise ConsumerError(exc) from exc
+
+    return guarded
 
 
 def device_sync(device: torch.device) -> Callable[[], None]:
@@ -122,9 +137,12 @@ class SampleCounter:
 class Meter:
     """Drives the loader through phases of a trial and times them."""
 
-    def __init__(self, loader: DataLoader, consume: Callable, sync: Callable, count: SampleCounter, align_s: float = math.inf):
+    def __init__(self, loader: DataLoader, consume: Callable, sync: Callable, count: SampleCounter,
+                 align_s: float = math.inf, restarts: bool = True):
         self.loader, self.consume, self.sync, self.count = loader, consume, sync, count
         self.align_s = align_s  # epochs up to this long are measured whole
+        self.restarts = restarts  # every epoch starts its workers again (num_workers > 0, not persistent)
+        self.startup_s = 0.0
         self.iterator = None
         self.pending = None
         self.mark = 0.0
@@ -146,7 +164,8 @@ class Meter:
         except StopIteration:
             raise TrialFailure("the loader yielded no batch at all") from None
         self.mark = time.perf_counter()
-        return self.mark - start
+        self.startup_s = self.mark - start
+        return self.startup_s
 
     def phase(self, min_s: float, min_batches: int = 1, deadline: float = math.inf) -> Block:
         """Consume batches for at least ``min_s`` and ``min_batches``, then synchronise the device once.
@@ -169,9 +188,12 @@ class Meter:
                     self.iterator = None
                     epochs += 1
                     now = clock()
-                    # a short epoch: blocks of whole epochs. A long one: time-based blocks, or one block
-                    # could last an epoch of minutes; its restart is then a small share of the epoch.
-                    self.aligned = self.aligned or now - self.epoch_started <= self.align_s
+                    # Whole-epoch blocks when the epoch is short, or when restarting the workers is a
+                    # real share of it (the median of time-cut blocks would drop the slow one holding
+                    # the restart). Otherwise time-cut blocks: one block need not last a long epoch.
+                    epoch_s = now - self.epoch_started
+                    self.aligned = self.aligned or epoch_s <= self.align_s or (
+                        self.restarts and self.startup_s >= RESTART_SHARE * epoch_s)
                     if (batches >= min_batches and now - start >= min_s) or now > deadline:
                         break
                     continue
@@ -205,7 +227,8 @@ def measure(
         torch.cuda.synchronize(device)
     loader = make_loader(spec, config, options)
     meter = Meter(loader, make_consumer(spec, config, device), device_sync(device),
-                  SampleCounter(spec, config, options.drop_last), ALIGN_EPOCHS_UP_TO * timing.block_s)
+                  SampleCounter(spec, config, options.drop_last), ALIGN_EPOCHS_UP_TO * timing.block_s,
+                  restarts=config.num_workers > 0 and not config.persistent_workers)
     emit("startup", meter.startup())
     warm_batches = config.num_workers * (config.prefetch_factor or DEFAULT_PREFETCH) + 1
     consume, detector = meter.consume, None

@@ -32,7 +32,7 @@ def process_memory(proc: psutil.Process) -> tuple[int, str] | None:
         return None
 
 
-def tree_memory(pid: int) -> tuple[int, int, str]:
+def tree_memory(pid: int, include_parent: bool = True) -> tuple[int, int, str]:
     """(bytes, processes, method) of ``pid``, all its descendants, and its fork parent's share.
 
     A trial is forked from a process that already imported torch; the pages it inherited are
@@ -51,7 +51,7 @@ def tree_memory(pid: int) -> tuple[int, int, str]:
             total += got[0]
             counted += 1
             method = "rss" if got[1] == "rss" else method
-    if parent is not None and counted:
+    if include_parent and parent is not None and counted:
         got = process_memory(parent)
         if got is not None and got[1] == "pss":
             total += got[0]
@@ -60,9 +60,10 @@ def tree_memory(pid: int) -> tuple[int, int, str]:
 
 @dataclass
 class MemorySampler:
-    """Keeps the peak and a thinned series of the tree's memory while a trial runs."""
+    """Keeps the peak and the series of the tree's memory while a trial runs."""
 
     pid: int
+    include_parent: bool = True  # the fork server's share; not when the parent is the user's own process
     interval_s: float = 0.25
     timed_share: float = 0.005  # while blocks are timed, at most this share of a core goes to sampling
     start: float = field(default_factory=time.monotonic)
@@ -84,7 +85,7 @@ class MemorySampler:
             return
         self._last = now
         cpu = time.process_time()
-        total, procs, method = tree_memory(self.pid)
+        total, procs, method = tree_memory(self.pid, self.include_parent)
         self._cost = time.process_time() - cpu
         if procs == 0:
             return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import multiprocessing
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from torch.utils.data import DataLoader
 
@@ -17,6 +17,11 @@ from torch.utils.data import DataLoader
 # `.to(device)`, "non_blocking" is `.to(device, non_blocking=True)` (only useful from pinned memory).
 TRANSFERS = ("none", "sync", "non_blocking")
 DEFAULT_PREFETCH = 2  # PyTorch's default prefetch_factor when num_workers > 0
+
+
+def transfer_for(pin: bool, accelerator: bool) -> str:
+    """Nothing to move without an accelerator; ``non_blocking`` only overlaps from pinned memory."""
+    return ("non_blocking" if pin else "sync") if accelerator else "none"
 
 
 class PlanError(ValueError):
@@ -87,6 +92,18 @@ class TrialConfig:
             parts.append(self.start_method)
         parts.append(f"bs{self.batch_size}")
         return " ".join(parts)
+
+    def with_knobs(self, **changes) -> "TrialConfig":
+        """A copy with knobs changed, kept valid: transfer follows pinning, and the worker-only knobs
+        are cleared without workers (PyTorch rejects them)."""
+        config = replace(self, **changes)
+        if "pin_memory" in changes and config.transfer != "none":
+            config = replace(config, transfer=transfer_for(config.pin_memory, True))
+        if config.num_workers == 0:
+            config = replace(config, prefetch_factor=None, persistent_workers=False, in_order=True, start_method=None)
+        elif config.prefetch_factor is None:
+            config = replace(config, prefetch_factor=DEFAULT_PREFETCH)
+        return config
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -172,7 +189,7 @@ def build_grid(space: SearchSpace, accelerator: bool) -> tuple[list[TrialConfig]
     for bs in sorted(set(space.batch_sizes)):
         for w in sorted(set(space.workers)):
             for pin in pins:
-                transfer = ("non_blocking" if pin else "sync") if accelerator else "none"
+                transfer = transfer_for(pin, accelerator)
                 if w == 0:
                     configs.append(TrialConfig(bs, 0, pin, None, False, transfer))
                     continue
@@ -187,5 +204,5 @@ def build_grid(space: SearchSpace, accelerator: bool) -> tuple[list[TrialConfig]
 def reference_configs(configs: list[TrialConfig], accelerator: bool) -> list[TrialConfig]:
     """PyTorch's default config at each batch size, when the grid lacks it: the gain is measured, not assumed."""
     present = {c.batch_size for c in configs if c.is_pytorch_default}
-    transfer = "sync" if accelerator else "none"
+    transfer = transfer_for(False, accelerator)
     return [TrialConfig(bs, 0, False, None, False, transfer) for bs in sorted({c.batch_size for c in configs} - present)]

@@ -39,7 +39,7 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> str:
 
 
 def status_text(config: ConfigResult) -> Text:
-    runs = len(config.trials)
+    runs = sum(1 for t in config.trials if t.ok)
     if config.ok:
         return Text("ok" if runs == 1 else f"ok ×{runs}", style="green")
     return Text("failed", style="bold red")
@@ -120,8 +120,8 @@ def recommendation_panel(result: ScanResult) -> Panel:
     lines = Text()
     lines.append(f"{rec.config.label()}", style="bold")
     runs = sum(1 for t in pick.trials if t.ok)
-    lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} (median of {est.n} blocks"
-                 + (f" over {runs} runs)\n" if runs > 1 else ")\n"))
+    lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} "
+                 + (f"(median of {runs} runs' medians, {est.n} blocks in all)\n" if runs > 1 else f"(median of {est.n} blocks)\n"))
     if rec.speedup is not None and rec.baseline != rec.config:
         base = result.config_result(rec.baseline).estimate
         lines.append(

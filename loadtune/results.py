@@ -143,8 +143,8 @@ class ConfigResult:
 
     @property
     def startup_s(self) -> float | None:
-        values = sorted(t.startup_s for t in self.trials if t.startup_s is not None)
-        return values[len(values) // 2] if values else None
+        values = [t.startup_s for t in self.trials if t.startup_s is not None]
+        return statistics.median_high(values) if values else None
 
     @property
     def memory(self) -> MemoryUsage | None:
@@ -163,9 +163,6 @@ class ConfigResult:
             notes.append(f"{failed} of {len(self.trials)} runs failed: {self.error.message}")
         return notes
 
-    @property
-    def reference(self) -> bool:
-        return any(t.reference for t in self.trials)
 
 
 def by_config(trials: list[Trial]) -> list[ConfigResult]:
@@ -266,6 +263,9 @@ class ScanResult:
                 f"schema version {data.get('schema_version')!r} is not the one this loadtune reads "
                 f"({SCHEMA_VERSION}); re-run the scan with this version"
             )
+        missing = [k for k in ("options", "device", "references") if k not in data.get("settings", {})]
+        if missing:
+            raise ResultError(f"malformed scan result: settings lack {', '.join(missing)}")
         try:
             return cls(
                 spec=SpecInfo(**data["spec"]),

@@ -17,14 +17,14 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import psutil
 
 from .faults import diagnose
-from .measure import LoaderOptions, Timing, TrialFailure, measure
+from .measure import ConsumerError, LoaderOptions, Timing, TrialFailure, measure
 from .memory import MemorySampler
 from .plan import TrialConfig
 from .results import Trial, TrialError
@@ -78,9 +78,21 @@ def main_module_hidden():
             setattr(main, name, value)
 
 
+def die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent (the fork server, which exits with the CLI) dies,
+    so a CLI killed without a chance to clean up leaves no trial behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: str) -> None:
     """Trial process entry: own session, output to a log file, figures to the parent as they come."""
     os.setsid()
+    die_with_parent()
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
@@ -89,7 +101,10 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
         import torch
 
         multiprocessing.set_start_method(request.start_method, force=True)
+        loading = time.perf_counter()
         spec = load_spec(source) if isinstance(source, SpecRef) else source
+        # the soft limit counts from here, as the parent's hard one does: a slow dataset build uses it up too
+        timing = replace(request.timing, max_s=request.timing.max_s - (time.perf_counter() - loading))
         emit = lambda kind, payload: conn.send((kind, payload))  # noqa: E731
 
         def measured() -> None:
@@ -98,11 +113,13 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
             if conn.poll(10):
                 conn.recv()
 
-        measure(spec, request.config, torch.device(request.device), request.timing, request.options, emit, measured)
+        measure(spec, request.config, torch.device(request.device), timing, request.options, emit, measured)
         conn.send(("done", None))
     except BaseException as exc:  # noqa: BLE001 - everything is reported, nothing escapes
         if isinstance(exc, TrialFailure):
             error = TrialError(kind="failure", message=str(exc))
+        elif isinstance(exc, ConsumerError):
+            error = diagnose(exc.__cause__, batch_size=request.config.batch_size, consumer=True)
         else:
             error = diagnose(exc, spec.dataset if spec else None, request.config.batch_size)
         try:
@@ -189,7 +206,7 @@ def run_trial(
         send.close()
         if on_event:
             on_event("process", proc.pid)  # the trial's session id too: its whole tree is killed by it
-        sampler = MemorySampler(proc.pid)
+        sampler = MemorySampler(proc.pid, include_parent=ctx.get_start_method() == "forkserver")
         deadline = started + request.timeout_s
         while True:
             remaining = deadline - time.monotonic()
@@ -242,13 +259,18 @@ def run_trial(
         recv.close()
         trial.wall_s = time.monotonic() - started
         trial.memory = sampler.result() if sampler else None
+        log_tail = read_tail(log_path)
+        log_path.unlink(missing_ok=True)
     if finished and trial.blocks:
         trial.status = "ok"
+    elif trial.error is not None and trial.error.kind == "timeout" and len(trial.blocks) >= request.timing.min_blocks:
+        trial.status = "ok"  # enough was measured before the limit: keep it, and say so
+        trial.warnings.append(f"stopped by the {request.timeout_s:g} s trial timeout after {len(trial.blocks)} blocks")
+        trial.error = None
     elif trial.error is None:
-        trial.error = exit_error(proc.exitcode, read_tail(log_path)) if not finished else TrialError(
+        trial.error = exit_error(proc.exitcode, log_tail) if not finished else TrialError(
             kind="failure", message="no timed block completed within the time allowed; raise --timeout"
         )
     if trial.error is not None and trial.error.log_tail is None:
-        trial.error.log_tail = read_tail(log_path) or None
-    log_path.unlink(missing_ok=True)
+        trial.error.log_tail = log_tail or None
     return trial

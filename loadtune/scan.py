@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import statistics
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -109,13 +110,19 @@ def resolve_options(spec_defaults: dict, overrides: dict) -> ScanOptions:
 
 
 def pick_device(requested: str | None, info: machine_mod.MachineInfo) -> str:
+    """"cpu" or "cuda:N" (always with an index: torch.cuda.set_device refuses a bare "cuda")."""
     if requested is None:
-        return "cuda" if info.has_accelerator else "cpu"
-    if requested.startswith("cuda") and not info.has_accelerator:
-        raise OptionsError(f"device {requested!r} requested but torch sees no CUDA device; use --device cpu")
-    if requested != "cpu" and not requested.startswith("cuda"):
+        return "cuda:0" if info.has_accelerator else "cpu"
+    if requested == "cpu":
+        return requested
+    if not requested.startswith("cuda"):
         raise OptionsError(f"device must be 'cpu' or 'cuda[:N]', got {requested!r}")
-    return requested
+    if not info.has_accelerator:
+        raise OptionsError(f"device {requested!r} requested but torch sees no CUDA device; use --device cpu")
+    index = requested.partition(":")[2] or "0"
+    if not index.isdigit() or int(index) >= len(info.gpus):
+        raise OptionsError(f"device {requested!r}: this machine has CUDA devices 0..{len(info.gpus) - 1}")
+    return f"cuda:{index}"
 
 
 def spec_info(spec: LoadedSpec) -> SpecInfo:
@@ -164,6 +171,9 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     else:
         spec = source = from_objects(dataset_or_spec, overrides.pop("collate_fn", None), overrides.pop("step", None))
     opts = resolve_options(spec.defaults, overrides)
+    too_big = [bs for bs in opts.batch_size or [DEFAULT_BATCH_SIZE] if spec.length is not None and bs > spec.length]
+    if opts.drop_last and too_big:
+        raise OptionsError(f"batch size {too_big[0]} with drop_last: the dataset's {spec.length} samples never fill one batch")
     info = machine_mod.collect()
     device = pick_device(opts.device, info)
     accelerator = device.startswith("cuda")
@@ -202,7 +212,7 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=skips)
     if info.busy:
         result.notes.append(
-            f"the machine was busy before the scan (load average {info.load_average:.1f} on {info.usable_cores} usable "
+            f"the machine was busy before the scan (load average {info.load_average:.1f} on {info.logical_cores} "
             "cores): other work competes with the trials, so figures are noisier and lower; re-run on a quiet machine"
         )
     return Plan(source, spec, opts, info, device, strategy, result)
@@ -229,8 +239,8 @@ def resume_from(plan: Plan, json_path: str | Path | None) -> None:
 
 def expected_trial_s(result: ScanResult, opts: ScanOptions) -> float:
     """How long the next trial will likely take: the median so far, else a guess from the options."""
-    walls = sorted(t.wall_s for t in result.trials)
-    return walls[len(walls) // 2] if walls else 2.0 + opts.warmup + opts.block_time * opts.min_blocks
+    walls = [t.wall_s for t in result.trials]
+    return statistics.median_high(walls) if walls else 2.0 + opts.warmup + opts.block_time * opts.min_blocks
 
 
 def oom_batch_size(result: ScanResult) -> int | None:
@@ -265,7 +275,7 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
         while proposals := strategy.propose(result):
             config, round_ = proposals[0].config, proposals[0].round
             oom = oom_batch_size(result)
-            if oom is not None and config.batch_size >= oom:
+            if oom is not None and config.batch_size >= oom and round_ == 0:  # contenders fitted once: confirm them
                 result.skipped.append(Skip(config.label(), f"CUDA out of memory at batch size {oom}", config.key))
                 save()
                 continue

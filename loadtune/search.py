@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from .plan import SearchSpace, Skip, TrialConfig
+from .plan import SearchSpace, Skip, TrialConfig, transfer_for
 from .recommend import contenders
 from .results import ConfigResult, ScanResult, by_config
 from .stats import indistinguishable
@@ -47,9 +47,10 @@ def confirmation(result: ScanResult, rounds: int, noise_floor: float, seed: int)
     best = max(tied, key=lambda c: c.estimate.median)
     chosen = tied[: MAX_CONFIRM - 1] + ([best] if best not in tied[: MAX_CONFIRM - 1] else [])
     out = []
+    skipped = skipped_keys(result)
     for r in range(1, rounds + 1):
         done = measured(result, r)
-        order = [c.config for c in chosen if c.config not in done]
+        order = [c.config for c in chosen if c.config not in done and c.config.key not in skipped]
         random.Random(seed + r).shuffle(order)
         out += [Proposal(c, r) for c in order]
     return out
@@ -96,7 +97,7 @@ class AdaptiveSearch:
     def base(self, batch_size: int, workers: int) -> TrialConfig:
         """The sweep's config: smallest prefetch, persistent where allowed, pinned with an accelerator."""
         pin = self.accelerator if self.space.pin is None else self.space.pin
-        transfer = ("non_blocking" if pin else "sync") if self.accelerator else "none"
+        transfer = transfer_for(pin, self.accelerator)
         if workers == 0:
             return TrialConfig(batch_size, 0, pin, None, False, transfer)
         persistent = self.space.persistent is not False
@@ -181,8 +182,7 @@ class AdaptiveSearch:
                 out += [replace(c, in_order=o) for o in self.space.in_order]
                 out += [replace(c, start_method=m) for m in self.space.start_methods]
             if self.accelerator and self.space.pin is None:
-                pin = not c.pin_memory
-                out.append(replace(c, pin_memory=pin, transfer="non_blocking" if pin else "sync"))
+                out.append(c.with_knobs(pin_memory=not c.pin_memory))
         return list(dict.fromkeys(out))
 
     @staticmethod

@@ -178,6 +178,9 @@ def load_spec(target: str | Path | SpecRef) -> LoadedSpec:
 def from_objects(dataset: Any, collate_fn: Callable | None = None, step: Callable | None = None) -> LoadedSpec:
     """A spec built in Python (notebooks, tests) rather than read from a file."""
     if not isinstance(dataset, IterableDataset):
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise SpecError(f"{type(dataset).__name__} is not a dataset: give a torch Dataset, an IterableDataset, "
+                            "or an object with __len__ and __getitem__")
         if len(dataset) == 0:
             raise SpecError("the dataset has length 0: there is nothing to load")
     return LoadedSpec(dataset=dataset, collate_fn=collate_fn, step=step)

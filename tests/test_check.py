@@ -127,3 +127,18 @@ def test_parse_tolerance():
     assert parse_tolerance("10%") == pytest.approx(0.10) and parse_tolerance(0.25) == 0.25
     with pytest.raises(ValueError):
         parse_tolerance("150%")
+
+
+def test_noisy_baseline_does_not_divide_by_zero():
+    status, _, change = judge((10.0, 0.0, 25.0), [9.0, 9.5, 10.0], 0.10, 90.0, None)
+    assert status == PASS and change[2] == float("inf")
+
+
+def test_explicit_config_is_normalised(baseline):
+    from loadtune.check import explicit_config
+    from loadtune.results import ScanResult
+
+    saved = ScanResult.load(baseline)
+    assert explicit_config(saved, workers=None, batch_size=None, prefetch=None, pin=None, persistent=None) is None
+    config = explicit_config(saved, workers=0, batch_size=None, prefetch=None, pin=None, persistent=None)
+    assert config.num_workers == 0 and config.prefetch_factor is None and not config.persistent_workers

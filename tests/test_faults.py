@@ -139,3 +139,32 @@ def test_corrupt_results_file_is_refused_for_resume(tmp_path):
     out.write_text("{not json")
     proc = cli("scan", SPECS / "tiny.py", "--json", out, "--resume")
     assert proc.returncode == 2 and "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_step_failure_is_not_blamed_on_the_dataset(tmp_path):
+    spec = tmp_path / "bad_step.py"
+    spec.write_text(
+        "import torch\nfrom torch.utils.data import TensorDataset\n"
+        "def dataset():\n    return TensorDataset(torch.zeros(64, 2))\n"
+        "def step(batch):\n    raise RuntimeError('shape mismatch in my model')\n"
+    )
+    config = TrialConfig(batch_size=8, num_workers=0)
+    request = TrialRequest(config, "cpu", Timing(0.1, 0.1, 2, 20), LoaderOptions(shuffle=False), 30.0, "fork")
+    result = run_trial(SpecRef.parse(spec), request)
+    assert result.error.kind == "step" and "step(batch)" in result.error.message
+    assert "shape mismatch in my model" in result.error.message and "dataset raised" not in result.error.message
+
+
+def test_constant_iterable_data_is_not_called_unsharded():
+    import torch
+
+    from loadtune.faults import DuplicateDetector
+
+    constant = DuplicateDetector(2)
+    for _ in range(4):
+        constant.see(torch.zeros(4))
+    assert not constant.duplicated
+    replayed = DuplicateDetector(2)
+    for batch in ([0.0], [0.0], [1.0], [1.0]):  # worker 0 and worker 1 yield the same stream
+        replayed.see(torch.tensor(batch))
+    assert replayed.duplicated

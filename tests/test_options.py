@@ -220,3 +220,24 @@ def test_prepare_unknown_key_in_spec_dict(tmp_path):
 def test_prepare_bad_spec_raises_spec_error(tmp_path):
     with pytest.raises(SpecError):
         prepare(str(tmp_path / "absent.py"))
+
+
+def test_device_always_has_an_index():
+    from loadtune.machine import GPUInfo
+    from loadtune.scan import pick_device
+
+    cpu_only = machine.collect()
+    cpu_only.gpus = []
+    assert pick_device(None, cpu_only) == "cpu"
+    two = machine.collect()
+    two.gpus = [GPUInfo(0, "A", 1), GPUInfo(1, "B", 1)]
+    assert pick_device(None, two) == "cuda:0"  # torch.cuda.set_device refuses a bare "cuda"
+    assert pick_device("cuda", two) == "cuda:0" and pick_device("cuda:1", two) == "cuda:1"
+    for bad in ("cuda:2", "cuda:x", "tpu"):
+        with pytest.raises(OptionsError):
+            pick_device(bad, two)
+
+
+def test_drop_last_with_a_batch_larger_than_the_dataset_is_refused():
+    with pytest.raises(OptionsError, match="never fill one batch"):
+        prepare(Tiny(), batch_size=32, drop_last=True)

@@ -261,3 +261,15 @@ def test_is_pytorch_default():
     assert TrialConfig(8, 0, transfer="sync").is_pytorch_default
     assert not TrialConfig(8, 1, prefetch_factor=2).is_pytorch_default
     assert not TrialConfig(8, 0, pin_memory=True, transfer="non_blocking").is_pytorch_default
+
+
+def test_with_knobs_keeps_configs_valid():
+    from loadtune.plan import TrialConfig
+
+    pinned = TrialConfig(64, 4, True, 2, True, "non_blocking", False, "spawn")
+    unpinned = pinned.with_knobs(pin_memory=False)
+    assert unpinned.transfer == "sync"  # transfer follows pinning on an accelerator
+    no_workers = pinned.with_knobs(num_workers=0)
+    assert (no_workers.prefetch_factor, no_workers.persistent_workers, no_workers.in_order, no_workers.start_method) == (None, False, True, None)
+    cpu = TrialConfig(64, 0).with_knobs(pin_memory=True, num_workers=2)
+    assert cpu.transfer == "none" and cpu.prefetch_factor == 2  # no accelerator: nothing to move

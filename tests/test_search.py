@@ -152,3 +152,15 @@ def test_default_search_runs_fewer_trials_than_the_grid_and_keeps_its_budget(tmp
     assert len(fast.trials) < len(grid.trials) == 13
     assert elapsed < budget + 5  # no trial starts past the budget (spec loading and one trial's overrun aside)
     assert fast.recommendation is not None
+
+
+def test_confirmation_never_reproposes_a_skipped_config():
+    from loadtune.plan import Skip
+    from loadtune.search import confirmation
+
+    rate = {0: 1000, 1: 1800, 2: 3000, 4: 3010}
+    result = drive(adaptive(workers=(0, 1, 2, 4), prefetch=(2,), persistent=True, max_workers=4), lambda c: rate[c.num_workers])
+    contenders_ = {t.config for t in result.trials if t.round == 1}
+    result.trials = [t for t in result.trials if t.round == 0]
+    result.skipped = [Skip(c.label(), "CUDA out of memory", c.key) for c in contenders_]
+    assert confirmation(result, 1, 0.02, 0) == []

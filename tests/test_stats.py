@@ -21,8 +21,8 @@ def test_estimate_odd_known_data():
     e = estimate([5.0, 1.0, 4.0, 2.0, 3.0])
     assert e.median == 3.0
     assert (e.q1, e.q3) == (2.0, 4.0)
-    # MAD = 1: half-width 1.96 x 1.2533 x 1.4826 x 1 / sqrt(5)
-    assert e.high - e.median == pytest.approx(1.96 * 1.2533 * 1.4826 / math.sqrt(5))
+    # MAD = 1: half-width t(4) x 1.2533 x 1.4826 x 1.206 (small-sample MAD factor) x 1 / sqrt(5)
+    assert e.high - e.median == pytest.approx(2.776 * 1.2533 * 1.4826 * 1.206 / math.sqrt(5))
     assert e.median - e.low == pytest.approx(e.high - e.median)
     assert e.n == 5
 
@@ -32,7 +32,8 @@ def test_estimate_even_known_data():
     assert e.median == 55.0
     assert e.q1 == pytest.approx(32.5)
     assert e.q3 == pytest.approx(77.5)
-    assert median_halfwidth([10, 20, 30, 40, 50, 60, 70, 80, 90, 100]) == pytest.approx(1.96 * 1.2533 * 1.4826 * 25 / math.sqrt(10))
+    assert median_halfwidth([10, 20, 30, 40, 50, 60, 70, 80, 90, 100]) == pytest.approx(
+        2.262 * 1.2533 * 1.4826 * (10 / 9.2) * 25 / math.sqrt(10))
     assert e.n == 10
 
 
@@ -51,7 +52,7 @@ def test_estimate_empty_raises():
 def test_estimate_outlier_moves_median_and_interval_little():
     e = estimate([100, 101, 99, 100, 1])  # one GC pause
     assert e.median == 100
-    assert e.rel_spread < 0.02  # the pause does not make 100/s look like anything from 1 to 101
+    assert e.rel_spread < 0.04  # the pause does not make 100/s look like anything from 1 to 101
 
 
 def test_one_slow_block_does_not_tie_configs_four_times_apart():
@@ -70,13 +71,14 @@ def test_interval_contains_median_and_narrows_with_more_blocks(n):
     assert more.rel_spread < e.rel_spread * 1.5  # about half as wide with four times the blocks
 
 
-def test_interval_coverage_is_about_95_percent():
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_interval_coverage_is_about_95_percent_even_for_few_blocks(n):
     rng = random.Random(7)
     hits = 0
-    for _ in range(2000):
-        e = estimate([rng.gauss(100, 5) for _ in range(10)])
+    for _ in range(3000):
+        e = estimate([rng.gauss(100, 5) for _ in range(n)])
         hits += e.low <= 100 <= e.high
-    assert 0.88 <= hits / 2000 <= 0.99
+    assert (0.85 if n == 3 else 0.90) <= hits / 3000 <= 0.995  # three blocks: a median interval can only be rough
 
 
 def test_identical_blocks_give_zero_width():
