@@ -138,7 +138,7 @@ class Meter:
     """Drives the loader through phases of a trial and times them."""
 
     def __init__(self, loader: DataLoader, consume: Callable, sync: Callable, count: SampleCounter,
-                 align_s: float = math.inf, restarts: bool = True):
+                 align_s: float = math.inf, restarts: bool = False):
         self.loader, self.consume, self.sync, self.count = loader, consume, sync, count
         self.align_s = align_s  # epochs up to this long are measured whole
         self.restarts = restarts  # every epoch starts its workers again (num_workers > 0, not persistent)
