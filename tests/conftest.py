@@ -1,4 +1,7 @@
-"""Every test must leave no process of its own behind (trial children, DataLoader workers)."""
+"""Every test must leave no process of its own behind (trial children, DataLoader workers), and no
+shared-memory segment in /dev/shm (where DataLoader workers hand batches over)."""
+
+import os
 
 import time
 
@@ -25,9 +28,19 @@ def stray_children():
     return strays
 
 
+def shm_entries():
+    try:
+        return {name for name in os.listdir("/dev/shm") if "torch" in name or name.startswith("psm_")}
+    except OSError:
+        return set()
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_processes():
+    shm_before = shm_entries()
     yield
+    leaked_shm = shm_entries() - shm_before
+    assert not leaked_shm, f"shared memory left in /dev/shm: {sorted(leaked_shm)}"
     deadline = time.monotonic() + 5  # processes that are exiting get a moment to finish
     while stray_children() and time.monotonic() < deadline:
         time.sleep(0.05)
