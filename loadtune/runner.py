@@ -146,6 +146,19 @@ def kill_group(pid: int, wait_s: float = 5.0) -> None:
         time.sleep(0.01)
 
 
+def remove_orphaned_shared_memory(since: float) -> None:
+    """Unlink torch's /dev/shm files made since ``since`` whose creator is dead. torch makes one per
+    batch handed between processes and unlinks it once received; a worker killed in between (by a
+    signal, a timeout, the OOM killer) leaves it behind for good, holding RAM."""
+    for path in Path("/dev/shm").glob("torch_*"):
+        pid = path.name.split("_")[1]
+        try:
+            if pid.isdigit() and not psutil.pid_exists(int(pid)) and path.stat().st_mtime >= since:
+                path.unlink()
+        except OSError:
+            pass
+
+
 def still_running(proc: psutil.Process) -> bool:
     """Not yet dead; a zombie is dead (it waits only for its new parent, init, to reap it)."""
     try:
@@ -196,7 +209,7 @@ def run_trial(
     os.close(fd)
     log_path = Path(log_name)
     trial = Trial(config=request.config, status="failed")
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time() - 1
     proc = ctx.Process(target=_child, args=(source, request, send, str(log_path)), name="loadtune-trial")
     finished = False
     sampler = None
@@ -256,6 +269,7 @@ def run_trial(
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+        remove_orphaned_shared_memory(started_wall)
         recv.close()
         trial.wall_s = time.monotonic() - started
         trial.memory = sampler.result() if sampler else None

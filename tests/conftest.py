@@ -29,10 +29,13 @@ def stray_children():
 
 
 def shm_entries():
+    """torch's segments whose creating process is gone: nothing will ever unlink them (a live
+    process's segment may be in flight, and may belong to anyone on this machine)."""
     try:
-        return {name for name in os.listdir("/dev/shm") if "torch" in name or name.startswith("psm_")}
+        names = [n for n in os.listdir("/dev/shm") if n.startswith("torch_")]
     except OSError:
         return set()
+    return {n for n in names if n.split("_")[1].isdigit() and not psutil.pid_exists(int(n.split("_")[1]))}
 
 
 @pytest.fixture(autouse=True)
