@@ -124,22 +124,16 @@ class ConfigResult:
         return any(t.ok for t in self.trials)
 
     @property
-    def blocks(self) -> list[Block]:
-        return [b for t in self.trials if t.ok for b in t.blocks]
-
-    @property
     def estimate(self) -> Estimate | None:
-        """One run: its own estimate. Several: the median of their medians, with an interval spanning
-        theirs. Runs weigh the same (pooling blocks would favour a disturbed run, which measures
-        more blocks before its spread is small), and the spread between runs widens the interval."""
-        runs = [t.estimate for t in self.trials if t.ok]
+        """One run: its own estimate. Several: the estimate over the first m blocks of each run, m the
+        fewest any run has. Runs weigh the same (all blocks pooled would favour a disturbed run, which
+        measures more blocks before its spread is small); the spread between runs enters the interval,
+        and the interval narrows as runs are added, so re-measuring contenders can separate them."""
+        runs = [t for t in self.trials if t.ok]
         if len(runs) <= 1:
-            return runs[0] if runs else None
-        mid = statistics.median(e.median for e in runs)
-        return Estimate(
-            mid, min(e.low for e in runs), max(e.high for e in runs),
-            min(e.q1 for e in runs), max(e.q3 for e in runs), sum(e.n for e in runs),
-        )
+            return runs[0].estimate if runs else None
+        m = min(len(t.blocks) for t in runs)
+        return estimate([b.rate for t in runs for b in t.blocks[:m]])
 
     @property
     def startup_s(self) -> float | None:
