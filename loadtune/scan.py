@@ -191,17 +191,7 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     except PlanError as exc:
         raise OptionsError(str(exc)) from None
     references = reference_configs(configs, accelerator)
-    if opts.search == "grid":
-        order = configs + references
-        random.Random(opts.seed).shuffle(order)  # machine drift must not favour whichever ran first
-        strategy: GridSearch | AdaptiveSearch = GridSearch(order, opts.noise_floor, opts.confirm, opts.seed)
-    else:
-        defaults = [c for c in configs if c.is_pytorch_default] + references
-        strategy = AdaptiveSearch(
-            space, accelerator, defaults, opts.noise_floor, max_workers=max(MAX_WORKERS_FLOOR, 8 * info.usable_cores),
-            memory_available=info.memory_available_bytes, confirm_rounds=opts.confirm, seed=opts.seed,
-            extend=opts.workers is None,
-        )
+    strategy = make_strategy(opts, space, configs, references, accelerator, info)
     settings = {
         "options": asdict(opts),
         "device": device,
@@ -216,6 +206,26 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
             "cores): other work competes with the trials, so figures are noisier and lower; re-run on a quiet machine"
         )
     return Plan(source, spec, opts, info, device, strategy, result)
+
+
+def make_strategy(
+    opts: ScanOptions,
+    space: SearchSpace,
+    configs: list[TrialConfig],
+    references: list[TrialConfig],
+    accelerator: bool,
+    info: machine_mod.MachineInfo,
+) -> GridSearch | AdaptiveSearch:
+    """The exhaustive grid in a shuffled order, or the adaptive search over the same space."""
+    if opts.search == "grid":
+        order = configs + references
+        random.Random(opts.seed).shuffle(order)  # machine drift must not favour whichever ran first
+        return GridSearch(order, opts.noise_floor, opts.confirm, opts.seed)
+    return AdaptiveSearch(
+        space, accelerator, [c for c in configs if c.is_pytorch_default] + references, opts.noise_floor,
+        max_workers=max(MAX_WORKERS_FLOOR, 8 * info.usable_cores), memory_available=info.memory_available_bytes,
+        confirm_rounds=opts.confirm, seed=opts.seed, extend=opts.workers is None,
+    )
 
 
 def resume_from(plan: Plan, json_path: str | Path | None) -> None:
