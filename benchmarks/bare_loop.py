@@ -14,29 +14,34 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+def noop_loader(loader_kwargs: dict, shuffle: bool, drop_last: bool, seed: int, start_method: str):
+    """The DataLoader both bare loops run: the no-op dataset, as a loadtune trial would build it."""
+    import multiprocessing
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    multiprocessing.set_start_method(start_method, force=True)
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import noop_dataset
+
+    return DataLoader(
+        noop_dataset.dataset(),
+        shuffle=shuffle,
+        drop_last=drop_last,
+        generator=torch.Generator().manual_seed(seed) if shuffle else None,
+        **loader_kwargs,
+    )
+
+
 def bare_child(loader_kwargs: dict, shuffle: bool, drop_last: bool, seed: int, start_method: str,
                warmup_s: float, duration_s: float, count_with_len: bool, conn) -> None:
     """Run the bare loop in this (trial-like) child: own session, DataLoader workers started with
     ``start_method``; send ``{"samples", "seconds", "rate"}`` or ``{"error"}`` back."""
     os.setsid()
     try:
-        import multiprocessing
-
-        import torch
-        from torch.utils.data import DataLoader
-
-        multiprocessing.set_start_method(start_method, force=True)
-        if str(HERE) not in sys.path:
-            sys.path.insert(0, str(HERE))
-        import noop_dataset
-
-        loader = DataLoader(
-            noop_dataset.dataset(),
-            shuffle=shuffle,
-            drop_last=drop_last,
-            generator=torch.Generator().manual_seed(seed) if shuffle else None,
-            **loader_kwargs,
-        )
+        loader = noop_loader(loader_kwargs, shuffle, drop_last, seed, start_method)
 
         # What a user writes: epochs of `for batch in loader`, a warm-up, then a fixed timed window.
         clock = time.perf_counter
@@ -81,23 +86,7 @@ def windowed_child(loader_kwargs: dict, shuffle: bool, drop_last: bool, seed: in
     ``window_s`` and sends the samples delivered in each window (for benchmarks/overhead_parts.py)."""
     os.setsid()
     try:
-        import multiprocessing
-
-        import torch
-        from torch.utils.data import DataLoader
-
-        multiprocessing.set_start_method(start_method, force=True)
-        if str(HERE) not in sys.path:
-            sys.path.insert(0, str(HERE))
-        import noop_dataset
-
-        loader = DataLoader(
-            noop_dataset.dataset(),
-            shuffle=shuffle,
-            drop_last=drop_last,
-            generator=torch.Generator().manual_seed(seed) if shuffle else None,
-            **loader_kwargs,
-        )
+        loader = noop_loader(loader_kwargs, shuffle, drop_last, seed, start_method)
         counts = [0] * windows
         clock = time.monotonic  # system-wide: the parent keys its on/off windows to the same clock
         end = t0 + windows * window_s
