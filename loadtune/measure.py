@@ -4,6 +4,8 @@ Protocol: time to first batch (``iter`` + first ``next``: worker start-up) on it
 phase that drains the prefetch queue and is discarded; then timed blocks of at least ``block_s``.
 Phases are contiguous: each ends where the next begins, and device work is synchronised only at
 those boundaries, so the overlap of loading, copying and compute stays in what is measured.
+The warm-up lasts until the backlog the workers built while the first batch was awaited has been
+consumed: timing a loader that still hands out batches finished ahead overstates its pace.
 Once a short epoch (up to a few blocks long) has ended, phases end only at epoch boundaries, so
 every block of a short dataset holds whole epochs (and the worker restarts that
 ``persistent_workers`` removes); a long epoch does not stretch every block to its length.
@@ -59,6 +61,7 @@ class LoaderOptions:
 
 ALIGN_EPOCHS_UP_TO = 4  # epochs up to this many block lengths are measured whole
 RESTART_SHARE = 0.02  # ...and longer ones too when restarting the workers costs this share of an epoch
+DRAIN_SHARE = 0.25  # at most this share of a trial's time goes on consuming the start-up backlog
 
 
 class TrialFailure(Exception):
@@ -167,8 +170,10 @@ class Meter:
         self.startup_s = self.mark - start
         return self.startup_s
 
-    def phase(self, min_s: float, min_batches: int = 1, deadline: float = math.inf) -> Block:
-        """Consume batches for at least ``min_s`` and ``min_batches``, then synchronise the device once.
+    def phase(self, min_s: float, min_batches: int = 1, deadline: float = math.inf,
+              settled: Callable[[], bool] = lambda: True) -> Block:
+        """Consume batches for at least ``min_s`` and ``min_batches`` (and until ``settled()``, checked
+        after each batch once those are met), then synchronise the device once.
 
         Once an epoch no longer than ``align_s`` has ended, the dataset is short next to the
         measurement, and phases end only at epoch boundaries: every block then holds whole epochs,
@@ -201,11 +206,53 @@ class Meter:
             samples += self.count(batch)
             batches += 1
             now = clock()
-            if now > deadline or (not self.aligned and batches >= min_batches and now - start >= min_s):
+            if now > deadline or (not self.aligned and batches >= min_batches and now - start >= min_s
+                                  and settled()):
                 break
         self.sync()
         self.mark = clock()
         return Block(samples, batches, self.mark - start, epochs)
+
+
+def ready_batches(iterator: Any) -> int | None:
+    """Batches the workers have finished that the main process has not taken yet; None when the
+    loader has no workers or this torch keeps them elsewhere (the DataLoader's private state)."""
+    try:
+        ready = iterator._data_queue.qsize()
+        if iterator._worker_result_queue is not iterator._data_queue:  # pin_memory: not pinned yet
+            ready += iterator._worker_result_queue.qsize()
+        return ready + sum(1 for info in iterator._task_info.values() if len(info) == 2)
+    except (AttributeError, NotImplementedError, TypeError):
+        return None
+
+
+class Drained:
+    """Whether the start-up backlog is consumed: the batches workers finished ahead while the main
+    process awaited the first one (up to ``num_workers x prefetch_factor``). Consuming them runs
+    at the main process's pace, not the workers': with 64 workers waiting on storage that read 38%
+    above the steady state for seconds. Settled once the backlog is down to half the workers, or
+    when it stops shrinking (then the consumer, not the workers, sets the pace and a full queue is
+    the steady state), or at ``max_s``."""
+
+    SEGMENT_S = 0.25  # the backlog is judged by its minimum over segments this long
+
+    def __init__(self, meter: "Meter", workers: int, max_s: float):
+        self.meter, self.limit = meter, max(1, workers // 2)
+        self.until = time.perf_counter() + max_s
+        self.segment_end = time.perf_counter() + self.SEGMENT_S
+        self.low = self.previous_low = math.inf
+        self.stalls = 0
+
+    def __call__(self) -> bool:
+        ready = ready_batches(self.meter.iterator) if self.meter.iterator is not None else None
+        if ready is None or ready <= self.limit:
+            return True
+        now = time.perf_counter()
+        self.low = min(self.low, ready)
+        if now >= self.segment_end:
+            self.stalls = self.stalls + 1 if self.low >= self.previous_low else 0
+            self.previous_low, self.low, self.segment_end = self.low, math.inf, now + self.SEGMENT_S
+        return self.stalls >= 2 or now >= self.until
 
 
 def measure(
@@ -235,7 +282,8 @@ def measure(
     if spec.iterable and config.num_workers > 1:  # look at the first batch of each worker, untimed
         detector = DuplicateDetector(config.num_workers)
         meter.consume = lambda batch: (detector.see(batch), consume(batch))
-    emit("warmup", meter.phase(timing.warmup_s, warm_batches, deadline))
+    drain_s = max(0.0, min(timing.max_s * DRAIN_SHARE, deadline - time.perf_counter()))
+    emit("warmup", meter.phase(timing.warmup_s, warm_batches, deadline, Drained(meter, config.num_workers, drain_s)))
     meter.consume = consume
     if detector is not None and detector.duplicated:
         emit("warning", detector.warning())

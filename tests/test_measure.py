@@ -1,10 +1,12 @@
 """The timing loop on real DataLoaders, in this process (no isolation), so its counting can be checked."""
 
+import time
 from pathlib import Path
 
 import torch
 
-from loadtune.measure import LoaderOptions, Meter, SampleCounter, Timing, make_consumer, make_loader, measure
+from loadtune.measure import (Drained, LoaderOptions, Meter, SampleCounter, Timing, make_consumer, make_loader, measure,
+                              ready_batches)
 from loadtune.plan import TrialConfig
 from loadtune.spec import from_objects, load_spec
 
@@ -91,3 +93,47 @@ def test_long_epochs_keep_time_based_blocks():
     block = meter.phase(0.002)  # an epoch is "long" here (align_s=0): blocks end on time, not at epoch ends
     assert not meter.aligned
     assert block.seconds >= 0.002
+
+
+class Waiting(torch.utils.data.Dataset):
+    """Each sample waits 2 ms, as on a storage read: idle workers finish batches ahead of the consumer."""
+
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return torch.tensor([i])
+
+
+def test_ready_batches_counts_what_workers_finished_ahead():
+    config = TrialConfig(batch_size=4, num_workers=2, prefetch_factor=4)
+    meter = meter_for(from_objects(Waiting()), config)
+    meter.startup()
+    time.sleep(0.5)  # each worker needs ~32 ms for its four batches
+    assert ready_batches(meter.iterator) == 2 * 4  # every outstanding task is done and waiting
+    solo = meter_for(from_objects(Waiting()), TrialConfig(batch_size=4, num_workers=0))
+    solo.startup()
+    assert ready_batches(solo.iterator) is None  # no workers, no backlog
+
+
+def test_warmup_lasts_until_the_startup_backlog_is_consumed():
+    meter = meter_for(from_objects(Waiting()), TrialConfig(batch_size=4, num_workers=2, prefetch_factor=4))
+    meter.startup()
+    time.sleep(0.5)  # a slow first batch elsewhere (start-up) lets the workers run ahead
+    warm = meter.phase(0.001, 1, settled=Drained(meter, 2, max_s=30.0))
+    assert warm.batches >= 2 * 4 - 1  # the ready batches were consumed inside the warm-up...
+    assert ready_batches(meter.iterator) <= 1  # ...down to the steady state of a loader the workers pace
+
+
+def test_a_backlog_that_does_not_shrink_ends_the_warmup_early():
+    """A slow consumer keeps the queue full in the steady state: waiting for it to drain would burn
+    the drain cap on every such trial."""
+    spec = from_objects(Waiting(), step=lambda batch: time.sleep(0.01))  # workers: 4 ms a batch, consumer: 10 ms
+    meter = meter_for(spec, TrialConfig(batch_size=4, num_workers=2, prefetch_factor=4))
+    meter.startup()
+    time.sleep(0.2)
+    start = time.perf_counter()
+    meter.phase(0.001, 1, settled=Drained(meter, 2, max_s=30.0))
+    assert ready_batches(meter.iterator) > 1  # still full: it did not end by draining
+    assert time.perf_counter() - start < 10.0  # ended on the stalled backlog (~0.75 s), not the 30 s cap
