@@ -3,7 +3,8 @@
 For each dataset archetype in ``benchmarks/archetypes/`` it runs, in one process and one session:
 
 a. the exhaustive grid (``search="grid"``, no confirmation round, ``--workers`` x ``--prefetch`` x
-   persistent on/off) and the default adaptive search, with the same short timing settings, and
+   persistent on/off, x batch sizes with ``--batch-scale``, x in_order with ``--allow-reorder``: a grid
+   of realistic size) and the default adaptive search, with the same short timing settings, and
    times each ``loadtune.scan`` call. The adaptive search runs as ``loadtune scan`` does without
    ``--workers``: loadtune's own worker range for the usable cores, extended past it while throughput
    still rises (an explicit list would be taken as the exact range; ``--adaptive-workers grid`` does
@@ -50,7 +51,7 @@ from loadtune.measure import LoaderOptions, Timing
 from loadtune.plan import TrialConfig
 from loadtune.results import ScanResult, Trial, check_writable, write_atomic
 from loadtune.runner import TrialRequest, run_trial
-from loadtune.scan import prepare
+from loadtune.scan import DEFAULT_BATCH_SIZE, prepare
 from loadtune.spec import SpecRef
 from loadtune.stats import estimate
 
@@ -67,9 +68,14 @@ TARGET_ACCURACY = 0.05
 TARGET_REPRO = 0.05
 
 
-def scan_settings(args: argparse.Namespace) -> dict:
-    """The short timing settings shared by every scan of the benchmark."""
-    return {
+def spec_batch_size(spec: str) -> int:
+    """The archetype's own batch size (its ``loadtune = {"batch_size": ...}``)."""
+    return (prepare(spec).options.batch_size or [DEFAULT_BATCH_SIZE])[0]
+
+
+def scan_settings(args: argparse.Namespace, spec: str) -> dict:
+    """The short timing settings shared by every scan of the benchmark, and the grid's knobs."""
+    settings = {
         "workers": args.workers,
         "prefetch": args.prefetch,
         "persistent": None,  # search both
@@ -79,7 +85,12 @@ def scan_settings(args: argparse.Namespace) -> dict:
         "min_blocks": args.min_blocks,
         "timeout": args.timeout,
         "target_spread": args.target_spread,
+        "allow_reorder": args.allow_reorder,
     }
+    if args.batch_scale != [1]:
+        base = spec_batch_size(spec)
+        settings["batch_size"] = [base * k for k in args.batch_scale]
+    return settings
 
 
 def config_dict(config: TrialConfig | None) -> dict | None:
@@ -168,7 +179,7 @@ class Remeasure:
     """Trials of chosen configs outside any scan, in the scans' own trial machinery and settings."""
 
     def __init__(self, spec: str, args: argparse.Namespace):
-        plan = prepare(spec, **scan_settings(args))  # the device, start method and loader options a scan would use
+        plan = prepare(spec, **scan_settings(args, spec))  # the device, start method and loader options a scan would use
         self.source = SpecRef.parse(spec)
         self.device = plan.device
         self.start_method = plan.machine.start_method
@@ -260,8 +271,8 @@ def warm_up(name: str, args: argparse.Namespace) -> float:
 
 def run_archetype(name: str, args: argparse.Namespace) -> dict:
     spec = str(ARCHETYPE_DIR / f"{name}.py")
-    settings = scan_settings(args)
-    record: dict = {"archetype": name, "spec": spec, "load_average_start": load_average()}
+    settings = scan_settings(args, spec)
+    record: dict = {"archetype": name, "spec": spec, "scan_settings": settings, "load_average_start": load_average()}
     started = time.monotonic()
 
     print(f"\n== {name} ==", flush=True)
@@ -485,6 +496,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(loadtune's range from the cores, extended past it while throughput rises); 'grid': the grid's list, "
                    "which loadtune takes as the exact range (no extension)")
     p.add_argument("--prefetch", type=int_list, default=[2, 4], help="grid of prefetch_factor (default 2,4)")
+    p.add_argument("--batch-scale", type=int_list, default=[1],
+                   help="batch sizes searched, as multiples of each archetype's own (default 1: its own only)")
+    p.add_argument("--allow-reorder", action="store_true", help="search in_order=False too (both scans)")
     p.add_argument("--warmup", type=float, default=0.3)
     p.add_argument("--block-time", type=float, default=0.2)
     p.add_argument("--blocks", type=int, default=6)
@@ -514,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     check_writable(out)  # fail now, not after the whole run
     started = time.monotonic()
     print(f"search quality: {', '.join(args.names)}; grid workers {args.workers} x prefetch {args.prefetch} x persistent "
-          f"on/off; adaptive workers: {args.adaptive_workers}; warmup {args.warmup:g} s, blocks {args.min_blocks}-{args.blocks} "
+          f"on/off x batch scale {args.batch_scale}{' x in_order' if args.allow_reorder else ''}; adaptive workers: {args.adaptive_workers}; warmup {args.warmup:g} s, blocks {args.min_blocks}-{args.blocks} "
           f"x {args.block_time:g} s; {args.repeats} side-by-side repeats; accuracy runs {args.long_factor}x blocks; "
           f"load average {load_average()}", flush=True)
     document = {

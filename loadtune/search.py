@@ -71,9 +71,12 @@ class GridSearch:
 
 
 class AdaptiveSearch:
-    """Coordinate search: sweep num_workers upwards at default knobs until throughput stops rising
-    (extending past the grid while it still rises and memory allows), then try the other knobs
-    around the best worker counts, then confirm the contenders side by side."""
+    """Coordinate search: sweep num_workers upwards at default knobs and the first batch size until
+    throughput stops rising (extending past the grid while it still rises and memory allows), then
+    try the other knobs, other batch sizes included, one at a time around the best configs, then
+    confirm the contenders side by side. Per-sample cost against cores sets the best worker count
+    far more than batch size does, so other batch sizes start at the best counts of the sweep and
+    only a batch size that leads gets its neighbouring counts measured."""
 
     name = "adaptive"
 
@@ -94,6 +97,11 @@ class AdaptiveSearch:
         self.noise_floor, self.max_workers, self.memory_available = noise_floor, max_workers, memory_available
         self.rounds, self.seed = confirm_rounds, seed
 
+    @property
+    def sweep_batch(self) -> int:
+        """The batch size the worker sweep runs at: the first one given (the spec's, or the user's first)."""
+        return self.space.batch_sizes[0]
+
     def base(self, batch_size: int, workers: int) -> TrialConfig:
         """The sweep's config: smallest prefetch, persistent where allowed, pinned with an accelerator."""
         pin = self.accelerator if self.space.pin is None else self.space.pin
@@ -110,10 +118,9 @@ class AdaptiveSearch:
         wanted = [c for c in self.references if c not in done and c.key not in skipped]
         if wanted:
             return [Proposal(c) for c in wanted]
-        for batch_size in sorted(set(self.space.batch_sizes)):
-            step = self.sweep(batch_size, done, skipped)
-            if step is not None:
-                return [Proposal(step)]
+        step = self.sweep(self.sweep_batch, done, skipped)
+        if step is not None:
+            return [Proposal(step)]
         refine = [c for c in self.refinements(done) if c not in done and c.key not in skipped]
         if refine:
             random.Random(self.seed).shuffle(refine)
@@ -183,7 +190,17 @@ class AdaptiveSearch:
                 out += [replace(c, start_method=m) for m in self.space.start_methods]
             if self.accelerator and self.space.pin is None:
                 out.append(c.with_knobs(pin_memory=not c.pin_memory))
+            out += [replace(c, batch_size=b) for b in self.space.batch_sizes]
+            if c.batch_size != self.sweep_batch:  # not swept at this batch size: the counts either side
+                out += [c.with_knobs(num_workers=w) for w in self.neighbours(c.num_workers, done)]
         return list(dict.fromkeys(out))
+
+    def neighbours(self, workers: int, done: dict) -> list[int]:
+        """The worker counts next to ``workers`` on the ladder the sweep measured (grid and extension)."""
+        ladder = sorted(set(self.space.workers) | {c.num_workers for c in done if c.batch_size == self.sweep_batch})
+        lower = [w for w in ladder if w < workers]
+        higher = [w for w in ladder if w > workers]
+        return lower[-1:] + higher[:1]
 
     @staticmethod
     def epochs_matter(config: ConfigResult) -> bool:
@@ -194,24 +211,36 @@ class AdaptiveSearch:
     def remarks(self, result: ScanResult) -> list[str]:
         """What the search measured beyond the grid, said plainly."""
         top = max(self.space.workers)
-        out = []
-        for batch_size in sorted(set(self.space.batch_sizes)):
-            beyond = sorted({c.num_workers for c in measured(result) if c.batch_size == batch_size and c.num_workers > top})
-            if beyond:
-                out.append(f"num_workers {','.join(map(str, beyond))} (bs{batch_size}) added past the grid's {top}: "
-                           "throughput was still rising at its edge (workers that wait on I/O need no core each)")
-        return out
+        beyond = sorted({c.num_workers for c in measured(result) if c.num_workers > top})
+        if not beyond:
+            return []
+        return [f"num_workers {','.join(map(str, beyond))} added past the grid's {top}: throughput was still "
+                "rising at its edge (workers that wait on I/O need no core each)"]
+
+    def sweep_end(self, result: ScanResult, done: dict, last: int) -> str:
+        """Why the worker sweep measured no count above ``last``."""
+        if self.sweep(self.sweep_batch, done, skipped_keys(result)) is not None:
+            return "the scan ended (budget, or interrupted) before the sweep reached them"
+        point = done.get(self.base(self.sweep_batch, last))
+        if point is not None and not point.ok:
+            return f"the sweep stopped where num_workers={last} failed (see its row)"
+        return f"throughput stopped rising by num_workers={last}"
 
     def notes(self, result: ScanResult) -> list[Skip]:
         """What the search chose not to measure, and why (shown as skipped rows)."""
         done = measured(result)
         notes = []
-        for batch_size in sorted(set(self.space.batch_sizes)):
-            tried = sorted(c.num_workers for c in done if c.batch_size == batch_size)
-            untried = [w for w in self.space.workers if tried and w > tried[-1]]
-            if untried:
-                notes.append(Skip(f"num_workers {','.join(map(str, untried))} (bs{batch_size})",
-                                  f"throughput stopped rising by num_workers={tried[-1]}"))
+        batch = self.sweep_batch
+        tried = sorted(c.num_workers for c in done if c.batch_size == batch)
+        untried = [w for w in self.space.workers if tried and w > tried[-1]]
+        if untried:
+            notes.append(Skip(f"num_workers {','.join(map(str, untried))} (bs{batch})",
+                              self.sweep_end(result, done, tried[-1])))
+        others = [b for b in dict.fromkeys(self.space.batch_sizes) if b != batch]
+        if others:
+            notes.append(Skip(f"other worker counts at batch size {','.join(map(str, others))}",
+                              f"measured at the best counts of the sweep at bs{batch} (and next to them where "
+                              "a batch size led); --grid measures every combination"))
         swept = [c for c in done.values() if c.ok and c.config.num_workers]
         if self.space.persistent is None and swept and not any(self.epochs_matter(c) for c in swept):
             notes.append(Skip("persistent_workers toggle", "no epoch ended inside a trial: epochs are long next to "

@@ -164,3 +164,43 @@ def test_confirmation_never_reproposes_a_skipped_config():
     result.trials = [t for t in result.trials if t.round == 0]
     result.skipped = [Skip(c.label(), "CUDA out of memory", c.key) for c in contenders_]
     assert confirmation(result, 1, 0.02, 0) == []
+
+
+def test_other_batch_sizes_start_at_the_best_counts_and_a_leading_one_gets_its_neighbours():
+    # per-sample cost sets the best worker count (4); batch size 128 is 20% faster at any count, 64 20% slower
+    def rate(c):
+        return 1000 * min(max(c.num_workers, 1), 4) * {32: 1.0, 64: 0.8, 128: 1.2}[c.batch_size]
+    strategy = adaptive(workers=(0, 1, 2, 4, 8, 16), batch_sizes=(32, 64, 128), max_workers=16)
+    result = drive(strategy, rate)
+    search = [t.config for t in result.trials if t.round == 0]
+    by_batch = {b: sorted({c.num_workers for c in search if c.batch_size == b}) for b in (32, 64, 128)}
+    assert {1, 2, 4, 8}.issubset(by_batch[32])  # the sweep ran at the first batch size only
+    assert 4 in by_batch[64] and not {1, 2} & set(by_batch[64])  # at the best counts; it did not lead: no neighbours
+    assert {2, 4, 8}.issubset(by_batch[128])  # it led: the counts either side were measured too
+    full_grid = len(build_grid(strategy.space, accelerator=False)[0])
+    assert len(search) < full_grid / 2
+    assert loadtune.recommend.recommend(result.trials).config.batch_size == 128
+
+
+def test_notes_say_why_the_sweep_stopped():
+    rising = lambda c: 1000 * max(c.num_workers, 1)  # noqa: E731
+    strategy = adaptive(workers=(0, 1, 2, 4, 8), max_workers=8)
+    result = empty_result()
+    for _ in range(3):  # cut short, as a spent budget does: w0 then w1, w2
+        p = strategy.propose(result)[0]
+        result.trials.append(fake_trial(p.config, rising(p.config)))
+    (note,) = [n for n in strategy.notes(result) if n.what.startswith("num_workers")]
+    assert "4,8" in note.what and "ended" in note.why and "stopped rising" not in note.why
+
+    strategy = adaptive(workers=(0, 1, 2, 4, 8), max_workers=8)
+    result = empty_result()
+    while proposals := strategy.propose(result):
+        config = proposals[0].config
+        if proposals[0].round:
+            break
+        trial = fake_trial(config, rising(config))
+        if config.num_workers >= 2:  # e.g. killed for memory from two workers on
+            trial.status, trial.blocks = "failed", []
+        result.trials.append(trial)
+    (note,) = [n for n in strategy.notes(result) if n.what.startswith("num_workers")]
+    assert "failed" in note.why and "stopped rising" not in note.why
