@@ -244,6 +244,8 @@ def resume_from(plan: Plan, json_path: str | Path | None) -> None:
         what = f"options {', '.join(changed)} differ" if changed else "the grid differs"
         raise OptionsError(f"cannot resume: {what} from the saved scan; use the same flags, or start a new scan")
     old.state = "running"
+    # rows that said where the last run stopped (budget, search notes) are said afresh at this run's end
+    old.skipped = new.skipped + [s for s in old.skipped if s.key and s not in new.skipped]
     plan.result = old
 
 

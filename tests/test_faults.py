@@ -169,3 +169,17 @@ def test_constant_iterable_data_is_not_called_unsharded():
     for batch in ([0.0], [0.0], [1.0], [1.0]):  # worker 0 and worker 1 yield the same stream
         replayed.see(torch.tensor(batch))
     assert replayed.duplicated
+
+
+def test_resume_drops_the_rows_that_said_where_the_last_run_stopped(tmp_path):
+    import loadtune
+    from loadtune.scan import prepare, resume_from
+
+    out = tmp_path / "budget.json"
+    opts = dict(workers=[0, 1], prefetch=[2], persistent=False, warmup=0.2, block_time=0.1, blocks=3)
+    first = loadtune.scan(str(SPECS / "tiny.py"), json_path=out, budget=0.5, **opts)
+    assert any("budget" in s.why for s in first.skipped)  # the calibration alone spends it
+    plan = prepare(str(SPECS / "tiny.py"), budget=600, **opts)
+    resume_from(plan, out)
+    assert not any("budget" in s.why for s in plan.result.skipped)
+    assert plan.result.calibration  # what was measured is kept
