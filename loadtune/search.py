@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from .plan import SearchSpace, Skip, TrialConfig, transfer_for
+from .plan import SearchSpace, Skip, TrialConfig, transfers_for
 from .recommend import contenders
 from .results import ConfigResult, ScanResult, by_config
 from .stats import indistinguishable
@@ -95,9 +95,14 @@ class AdaptiveSearch:
         self.rounds, self.seed = confirm_rounds, seed
 
     def base(self, batch_size: int, workers: int) -> TrialConfig:
-        """The sweep's config: smallest prefetch, persistent where allowed, pinned with an accelerator."""
+        """The sweep's config: smallest prefetch, persistent where allowed, pinned with an accelerator,
+        the pin's default transfer (``non_blocking`` when pinned) unless the transfers were narrowed."""
         pin = self.accelerator if self.space.pin is None else self.space.pin
-        transfer = transfer_for(pin, self.accelerator)
+        choices = transfers_for(pin, self.accelerator, self.space.transfers)
+        if not choices:  # only strategies that need the other pinning were allowed
+            pin = not pin
+            choices = transfers_for(pin, self.accelerator, self.space.transfers)
+        transfer = choices[0]
         if workers == 0:
             return TrialConfig(batch_size, 0, pin, None, False, transfer)
         persistent = self.space.persistent is not False
@@ -183,6 +188,11 @@ class AdaptiveSearch:
                 out += [replace(c, start_method=m) for m in self.space.start_methods]
             if self.accelerator and self.space.pin is None:
                 out.append(c.with_knobs(pin_memory=not c.pin_memory))
+            if self.accelerator:  # how the batch reaches the GPU: sync, non_blocking (pinned only), stream
+                out += [c.with_knobs(transfer=t) for t in transfers_for(c.pin_memory, True, self.space.transfers)
+                        if t != c.transfer]
+        if self.accelerator and self.space.transfers is not None:  # a pin toggle must not bring back a strategy left out
+            out = [c for c in out if c.transfer in self.space.transfers]
         return list(dict.fromkeys(out))
 
     @staticmethod
