@@ -6,10 +6,11 @@ length instead. The work is a loop of matrix multiplications whose count is cali
 same work, so configs compare on equal terms.
 
 On CUDA the step enqueues its kernels and returns, as a real step does, and first reads every tensor
-of the batch (one cheap reduction) so the batch is really used. On the CPU the step is CPU work with
-torch's intra-op threads: it competes with the DataLoader workers for cores, which is true of a real
-CPU training step too, so with many workers a step takes longer than X ms. That is measured, not a
-flaw of the measurement.
+of the batch (one cheap reduction) so the batch is really used. On the CPU the step is one core's
+worth of work: its matmuls run single-threaded (multi-threaded small matmuls on a busy machine take
+many times longer, which would make the calibration meaningless). It competes with the DataLoader
+workers for cores, as a real CPU training step does, so with many workers a step can take longer
+than X ms. That is measured, not a flaw of the measurement.
 """
 
 from __future__ import annotations
@@ -73,17 +74,25 @@ class SyntheticStep:
         self.touch = device.type == "cuda"
 
     def __call__(self, batch: Any = None) -> None:
-        if self.touch:  # read the batch once on the GPU: cheap there, and the data is really used
+        if self.touch:  # on the GPU: read the batch once (cheap there, and the data is really used)
             for tensor in tensors_of(batch):
                 if tensor.device == self.sink.device and not tensor.is_complex():
                     self.sink += tensor.sum(dtype=torch.float32)
-        for _ in range(self.work.iterations):
-            torch.mm(self.a, self.b, out=self.out)
+            for _ in range(self.work.iterations):
+                torch.mm(self.a, self.b, out=self.out)
+            return
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # a fixed amount of work for one core (see the module's note)
+        try:
+            for _ in range(self.work.iterations):
+                torch.mm(self.a, self.b, out=self.out)
+        finally:
+            torch.set_num_threads(threads)
 
 
 def _time(fn, device: torch.device, repeats: int) -> float:
     """Seconds per call of ``fn``: after a warm-up, min of repeats on the CPU (interference only adds
-    time), median on a GPU (whose clocks settle); the device synchronised around each repeat only."""
+    time), median on a GPU (whose clocks settle); the device synchronised after each repeat only."""
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     fn()
     sync()
