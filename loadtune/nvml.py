@@ -8,6 +8,7 @@ query here returns None instead of raising.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,7 +106,8 @@ class UtilisationSampler:
 
     @classmethod
     def for_device(cls, uuid: str | None, index: int | None) -> "UtilisationSampler | None":
-        dev = handle(index, uuid)
+        """By UUID; by index only when CUDA_VISIBLE_DEVICES does not renumber the devices."""
+        dev = handle(None if os.environ.get("CUDA_VISIBLE_DEVICES") else index, uuid)
         return cls(dev) if dev is not None else None
 
     def maybe_sample(self) -> None:

@@ -13,7 +13,7 @@ from loadtune.measure import LoaderOptions, Timing, measure
 from loadtune.plan import TrialConfig
 from loadtune.results import Block, ScanResult
 from loadtune.scan import OptionsError, prepare
-from loadtune.spec import from_objects, load_spec
+from loadtune.spec import from_objects
 from loadtune.workload import StepWorkload, WorkloadError, calibrate, check_step_ms
 
 from test_cli import run_cli
