@@ -48,10 +48,12 @@ class TrialRequest:
     workload: StepWorkload | None = None  # the calibrated synthetic step of --step-ms, in place of the spec's
 
 
-def context_for(source: SpecRef | LoadedSpec):
-    """forkserver (torch preloaded) for spec files; fork for in-memory objects, which may not pickle."""
+def context_for(source: SpecRef | LoadedSpec, device: str = "cpu"):
+    """forkserver (torch preloaded) for spec files; fork for in-memory objects, which may not pickle —
+    except on a CUDA device: CUDA does not survive a fork from a process that has used it (as the
+    caller's usually has), so there in-memory objects are pickled too (``scan.prepare`` checks they can be)."""
     methods = multiprocessing.get_all_start_methods()
-    if isinstance(source, LoadedSpec) and "fork" in methods:
+    if isinstance(source, LoadedSpec) and "fork" in methods and not device.startswith("cuda"):
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
@@ -207,7 +209,7 @@ def run_trial(
     on_event: Callable[[str, object], None] | None = None,
 ) -> Trial:
     """Run one trial in a child process and return what it measured, failed or not."""
-    ctx = context_for(source)
+    ctx = context_for(source, request.device)
     recv, send = ctx.Pipe()  # duplex: the parent acknowledges the child's "measured"
     fd, log_name = tempfile.mkstemp(prefix="loadtune-trial-", suffix=".log")
     os.close(fd)

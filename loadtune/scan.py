@@ -7,6 +7,7 @@ dict, then explicit arguments (CLI flags). Every option is checked before any tr
 from __future__ import annotations
 
 import hashlib
+import pickle
 import random
 import statistics
 import time
@@ -210,6 +211,8 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
         "references": [c.key for c in references],
         "planned": [c.key for c in configs],
     }
+    if isinstance(source, LoadedSpec) and accelerator:
+        check_picklable(source)
     if opts.step_ms is not None and spec.step is not None:
         raise OptionsError("the spec defines step(batch) and step_ms is given: the synthetic step would replace yours; "
                            "drop one of them")
@@ -221,6 +224,17 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
             "cores): other work competes with the trials, so figures are noisier and lower; re-run on a quiet machine"
         )
     return Plan(source, spec, opts, info, device, strategy, result)
+
+
+def check_picklable(spec: LoadedSpec) -> None:
+    """On a CUDA device trials of in-memory objects are not forked (see ``runner.context_for``): they must pickle."""
+    try:
+        pickle.dumps(spec)
+    except Exception as exc:  # PicklingError, AttributeError (local class), TypeError (lambda, open file)
+        raise OptionsError(
+            f"on a CUDA device the dataset, collate_fn and step must pickle (a trial cannot be forked from a process "
+            f"that has used CUDA), and these do not ({type(exc).__name__}: {exc}); put them in a spec file and run "
+            "`loadtune scan dataset.py`, or pass device='cpu'") from None
 
 
 def measure_device(result: ScanResult, device: str, step_ms: float | None) -> None:

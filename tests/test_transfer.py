@@ -150,3 +150,16 @@ def test_prefetcher_default_device_follows_the_machine():
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert CUDAPrefetcher([]).device.type == expected
     assert list(CUDAPrefetcher([], "cpu")) == []
+
+
+def test_in_memory_datasets_are_not_forked_for_a_cuda_device():
+    from loadtune.runner import context_for
+    from loadtune.scan import OptionsError, check_picklable
+    from loadtune.spec import from_objects
+
+    spec = from_objects(TensorDataset(torch.zeros(4, 2)))
+    assert context_for(spec, "cpu").get_start_method() == "fork"
+    assert context_for(spec, "cuda:0").get_start_method() != "fork"  # CUDA does not survive a fork
+    check_picklable(spec)
+    with pytest.raises(OptionsError, match="must pickle"):
+        check_picklable(from_objects(TensorDataset(torch.zeros(4, 2)), step=lambda batch: None))
