@@ -8,8 +8,9 @@ __version__ = "0.1.0"
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
 from .plan import TrialConfig  # noqa: E402
+from .prefetch import CUDAPrefetcher  # noqa: E402
 from .results import ScanResult, Trial  # noqa: E402
 from .scan import ScanOptions, scan  # noqa: E402
 from .spec import SpecError, load_spec  # noqa: E402
 
-__all__ = ["ScanOptions", "ScanResult", "SpecError", "Trial", "TrialConfig", "load_spec", "scan", "__version__"]
+__all__ = ["CUDAPrefetcher", "ScanOptions", "ScanResult", "SpecError", "Trial", "TrialConfig", "load_spec", "scan", "__version__"]

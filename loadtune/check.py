@@ -21,6 +21,7 @@ from .measure import LoaderOptions, Timing
 from .plan import TrialConfig, transfer_for
 from .results import ScanResult, Trial
 from .runner import TrialRequest, run_trial
+from .workload import StepWorkload
 from .spec import LoadedSpec, load_spec
 from .stats import Estimate, estimate
 
@@ -140,13 +141,15 @@ def run_check(
     loader = LoaderOptions(shuffle=opts["shuffle"], drop_last=opts["drop_last"], seed=opts["seed"])
     machine = collect()
     device = baseline.settings["device"] if machine.has_accelerator or baseline.settings["device"] == "cpu" else "cpu"
-    request = lambda c, dev: TrialRequest(c, dev, timing, loader, opts["timeout"], machine.start_method)  # noqa: E731
+    step = baseline.settings.get("step")  # --step-ms's synthetic step: the same work as in the baseline
+    work = StepWorkload.from_dict(step) if step and step["device_type"] == device.partition(":")[0] else None
+    request = lambda c, dev, w=None: TrialRequest(c, dev, timing, loader, opts["timeout"], machine.start_method, w)  # noqa: E731
     default = TrialConfig(config.batch_size, 0, transfer=transfer_for(False, device.startswith("cuda")))
     trials, pairs, defaults = [], [], []
     for _ in range(rounds):
         cal = run_trial(calibration.REF, request(calibration.CONFIG, "cpu"))
-        mine = run_trial(spec.ref, request(config, device))
-        base = run_trial(spec.ref, request(default, device)) if default != config else None
+        mine = run_trial(spec.ref, request(config, device, work))
+        base = run_trial(spec.ref, request(default, device, work)) if default != config else None
         trials += [t for t in (cal, mine, base) if t is not None]
         pairs.append((mine.estimate.median if mine.ok else None, cal.estimate.median if cal.ok else None))
         if base is not None and base.ok:

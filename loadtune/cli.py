@@ -83,6 +83,8 @@ def scan(
     pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="fix pin_memory (default: search both with an accelerator)"),
     persistent: Optional[bool] = typer.Option(None, "--persistent/--no-persistent", help="fix persistent_workers (default: search both)"),
     device: Optional[str] = typer.Option(None, help="cpu or cuda[:N] (default: cuda when available)"),
+    transfer: Optional[str] = typer.Option(None, help="how batches reach a CUDA device: sync,non_blocking,stream (default: all; non_blocking only pinned)"),
+    step_ms: Optional[float] = typer.Option(None, "--step-ms", help="consume each batch with a synthetic step of about X ms (when the spec has no step)"),
     shuffle: Optional[bool] = typer.Option(None, "--shuffle/--no-shuffle", help="shuffle map-style datasets as training does (default: shuffle)"),
     drop_last: Optional[bool] = typer.Option(None, "--drop-last/--no-drop-last", help="drop the short last batch (default: keep)"),
     warmup: Optional[float] = typer.Option(None, help="seconds of warm-up per trial, discarded (default: 1.0)"),
@@ -111,6 +113,8 @@ def scan(
             pin=pin,
             persistent=persistent,
             device=device,
+            transfer=transfer.split(",") if transfer else None,
+            step_ms=step_ms,
             shuffle=shuffle,
             drop_last=drop_last,
             warmup=warmup,
@@ -211,6 +215,26 @@ def show(result_path: Path = typer.Argument(..., metavar="RESULT", help="a saved
     except ResultError as exc:
         raise fail(str(exc)) from None
     print_report(Console(), result)
+
+
+@app.command()
+def doctor(
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also save the findings here as JSON"),
+    bandwidth: bool = typer.Option(True, "--bandwidth/--no-bandwidth", help="measure host<->device copy rates (a few seconds per GPU)"),
+) -> None:
+    """What this machine offers: cores, RAM, /dev/shm, versions, GPUs, PCIe links and measured copy rates."""
+    from . import doctor as doctor_mod
+    from .report import print_doctor
+
+    try:
+        if json_path:
+            check_writable(json_path)
+    except ResultError as exc:
+        raise fail(str(exc)) from None
+    report = doctor_mod.collect(measure=bandwidth)
+    print_doctor(Console(), report)
+    if json_path:
+        write_atomic(json_path, json.dumps(report.to_dict(), indent=1) + "\n")
 
 
 def main() -> None:

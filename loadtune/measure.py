@@ -21,12 +21,16 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import DataLoader
 
+from . import gpu
 from .faults import DuplicateDetector
+from .idle import GPUIdleClock
 from .plan import DEFAULT_PREFETCH, TrialConfig
+from .prefetch import CUDAPrefetcher
 from .results import Block
 from .spec import LoadedSpec
 from .stats import estimate
-from .transfer import batch_size_of, move_to
+from .transfer import BatchInfo, batch_size_of, move_to, nbytes_of
+from .workload import StepWorkload
 
 
 @dataclass(frozen=True)
@@ -85,25 +89,65 @@ def make_loader(spec: LoadedSpec, config: TrialConfig, options: LoaderOptions) -
     )
 
 
-def make_consumer(spec: LoadedSpec, config: TrialConfig, device: torch.device) -> Callable[[Any], None]:
-    """What happens to each batch: reach the device, then the spec's ``step``. Nothing else."""
-    step = spec.step
-    if config.transfer == "none":
-        consume = step if step is not None else (lambda batch: None)
-    else:
-        non_blocking = config.transfer == "non_blocking"
-        if step is None:
-            consume = lambda batch: move_to(batch, device, non_blocking)  # noqa: E731
-        else:
-            consume = lambda batch: step(move_to(batch, device, non_blocking))  # noqa: E731
+class Consumer:
+    """What happens to each batch: reach the device, then the step. Nothing else. Per block it also
+    gives the bytes copied to the device and how long the step waited for data (``idle.py``)."""
 
-    def guarded(batch: Any) -> None:
-        try:
-            consume(batch)
-        except Exception as exc:  # zero-cost until raised (Python 3.11+), so no cost per batch
+    def __init__(self, step: Callable[[Any], Any] | None, transfer: str, device: torch.device):
+        self.step, self.device = step, device
+        self.move = transfer in ("sync", "non_blocking")  # "stream": the loader is a prefetcher, batches arrive moved
+        self.non_blocking = transfer == "non_blocking"
+        self.counts_bytes = transfer != "none"
+        self.bytes = 0
+        self.source: CUDAPrefetcher | None = None  # with "stream": the prefetcher copies and counts
+        self.clock = GPUIdleClock(device) if device.type == "cuda" and step is not None else None
+        self._mark = 0
+
+    def __call__(self, batch: Any) -> None:
+        try:  # zero-cost until raised (Python 3.11+), so no cost per batch
+            if self.move:
+                self.bytes += nbytes_of(batch)
+                batch = move_to(batch, self.device, self.non_blocking)
+            if self.step is not None:
+                if self.clock is not None:
+                    self.clock.before_step()
+                self.step(batch)
+                if self.clock is not None:
+                    self.clock.after_step()
+        except Exception as exc:
             raise ConsumerError(exc) from exc
 
-    return guarded
+    def moved(self) -> int:
+        return self.source.bytes_moved if self.source is not None else self.bytes
+
+    def begin_block(self) -> None:
+        self._mark = self.moved()
+        if self.clock is not None:
+            self.clock.begin()
+
+    def end_block(self, host_wait_s: float) -> tuple[float | None, int | None]:
+        """(seconds the step waited for data, bytes copied) since ``begin_block``; after the device sync.
+        No step, no wait figure: then nothing consumes, and "waiting" would be all of the time."""
+        wait = None
+        if self.step is not None:
+            wait = self.clock.idle_s() if self.clock is not None else host_wait_s
+        return wait, (self.moved() - self._mark if self.counts_bytes else None)
+
+
+def make_consumer(spec: LoadedSpec, config: TrialConfig, device: torch.device,
+                  step: Callable[[Any], Any] | None = None) -> Consumer:
+    """The consumer of a trial: ``step`` (a synthetic one) in place of the spec's, when given."""
+    return Consumer(step if step is not None else spec.step, config.transfer, device)
+
+
+class TrialPrefetcher(CUDAPrefetcher):
+    """The ``stream`` strategy inside a trial: a failing copy is the consumer's fault, not the dataset's."""
+
+    def _move(self, batch: Any, side: Any) -> Any:
+        try:
+            return super()._move(batch, side)
+        except Exception as exc:
+            raise ConsumerError(exc) from exc
 
 
 def device_sync(device: torch.device) -> Callable[[], None]:
@@ -151,6 +195,7 @@ class Meter:
         self.mark = 0.0
         self.aligned = False  # set once a short epoch has ended: phases then end at epoch boundaries
         self.epoch_started = 0.0
+        self.stats = consume if isinstance(consume, Consumer) else None  # bytes and waits per block
 
     def _next(self) -> Any:
         if self.iterator is None:
@@ -181,13 +226,19 @@ class Meter:
         clock = time.perf_counter
         start = self.mark
         samples = batches = epochs = 0
+        waited = 0.0  # host time inside next(): what a CPU consumer waits for data
+        if self.stats is not None:
+            self.stats.begin_block()
         while True:
             if self.pending is not None:
                 batch, self.pending = self.pending, None
             else:
+                asked = clock()
                 try:
                     batch = self._next()
+                    waited += clock() - asked
                 except StopIteration:
+                    waited += clock() - asked
                     if self.count.position == 0:
                         raise TrialFailure("an epoch yielded no batch") from None
                     self.iterator = None
@@ -211,7 +262,10 @@ class Meter:
                 break
         self.sync()
         self.mark = clock()
-        return Block(samples, batches, self.mark - start, epochs)
+        wait_s = h2d_bytes = None
+        if self.stats is not None:
+            wait_s, h2d_bytes = self.stats.end_block(waited)
+        return Block(samples, batches, self.mark - start, epochs, wait_s, h2d_bytes)
 
 
 def ready_batches(iterator: Any) -> int | None:
@@ -263,20 +317,33 @@ def measure(
     options: LoaderOptions,
     emit: Callable[[str, Any], None],
     measured: Callable[[], None] = lambda: None,
+    workload: StepWorkload | None = None,
 ) -> None:
     """Run one trial in this process, reporting ``("startup", s)``, ``("warmup", Block)``,
     ``("block", Block)`` through ``emit`` as they happen, so a crash later loses none of them.
-    ``measured`` is called after the last block, with the loader and its workers still alive."""
+    ``measured`` is called after the last block, with the loader and its workers still alive.
+    ``workload``: the synthetic step of ``--step-ms`` instead of the spec's ``step``."""
     deadline = time.perf_counter() + timing.max_s
-    if device.type == "cuda":
+    cuda = device.type == "cuda"
+    if cuda:
         torch.cuda.set_device(device)
         torch.zeros(1, device=device)  # create the context now, not inside the first timed copy
         torch.cuda.synchronize(device)
+        emit("device", gpu.identity(device))  # the parent samples its utilisation through NVML
+    consumer = make_consumer(spec, config, device, workload.build(device) if workload else None)
     loader = make_loader(spec, config, options)
-    meter = Meter(loader, make_consumer(spec, config, device), device_sync(device),
+    source = loader
+    if config.transfer == "stream":  # the closing device sync of each block also waits for its pending copy
+        source = consumer.source = TrialPrefetcher(loader, device)
+    if cuda:
+        torch.cuda.synchronize(device)
+        gpu.reset_peaks(device)
+    meter = Meter(source, consumer, device_sync(device),
                   SampleCounter(spec, config, options.drop_last), ALIGN_EPOCHS_UP_TO * timing.block_s,
                   restarts=config.num_workers > 0 and not config.persistent_workers)
     emit("startup", meter.startup())
+    batch_info = BatchInfo.of(meter.pending)
+    emit("batch", batch_info)
     warm_batches = config.num_workers * (config.prefetch_factor or DEFAULT_PREFETCH) + 1
     consume, detector = meter.consume, None
     if spec.iterable and config.num_workers > 1:  # look at the first batch of each worker, untimed
@@ -296,5 +363,7 @@ def measure(
         if block.batches:
             rates.append(block.rate)
             emit("block", block)
+    if cuda:
+        emit("gpu_memory", gpu.usage(device, config, batch_info))
     measured()
-    del meter, loader  # shut workers down inside the trial, not in the interpreter's exit
+    del meter, loader, source  # shut workers down inside the trial, not in the interpreter's exit

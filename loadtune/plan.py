@@ -14,14 +14,34 @@ from dataclasses import asdict, dataclass, field, replace
 from torch.utils.data import DataLoader
 
 # How a batch reaches the device: "none" keeps it on the CPU (no accelerator), "sync" is
-# `.to(device)`, "non_blocking" is `.to(device, non_blocking=True)` (only useful from pinned memory).
-TRANSFERS = ("none", "sync", "non_blocking")
+# `.to(device)`, "non_blocking" is `.to(device, non_blocking=True)` (only useful from pinned memory),
+# "stream" copies batch n+1 on a side CUDA stream while batch n is consumed (``loadtune.CUDAPrefetcher``).
+TRANSFERS = ("none", "sync", "non_blocking", "stream")
+DEVICE_TRANSFERS = ("sync", "non_blocking", "stream")  # searched when batches go to a CUDA device
 DEFAULT_PREFETCH = 2  # PyTorch's default prefetch_factor when num_workers > 0
 
 
 def transfer_for(pin: bool, accelerator: bool) -> str:
     """Nothing to move without an accelerator; ``non_blocking`` only overlaps from pinned memory."""
     return ("non_blocking" if pin else "sync") if accelerator else "none"
+
+
+def transfers_for(pin: bool, accelerator: bool, allowed: list[str] | None = None) -> list[str]:
+    """The transfer strategies worth measuring at this pinning: none without an accelerator;
+    ``non_blocking`` only from pinned memory (from pageable memory it is ``sync`` under another
+    name). ``allowed`` (None: all) narrows them, the default strategy first."""
+    if not accelerator:
+        return ["none"]
+    valid = [t for t in DEVICE_TRANSFERS if pin or t != "non_blocking"]
+    if allowed is not None:
+        valid = [t for t in valid if t in allowed]
+    first = transfer_for(pin, accelerator)
+    return sorted(valid, key=lambda t: t != first)
+
+
+def transfer_cost(transfer: str) -> int:
+    """Changes to the training loop a strategy asks for: none, one flag, a prefetcher."""
+    return {"none": 0, "sync": 0, "non_blocking": 1, "stream": 2}.get(transfer, 2)
 
 
 class PlanError(ValueError):
@@ -97,8 +117,10 @@ class TrialConfig:
         """A copy with knobs changed, kept valid: transfer follows pinning, and the worker-only knobs
         are cleared without workers (PyTorch rejects them)."""
         config = replace(self, **changes)
-        if "pin_memory" in changes and config.transfer != "none":
+        if "pin_memory" in changes and "transfer" not in changes and config.transfer in ("sync", "non_blocking"):
             config = replace(config, transfer=transfer_for(config.pin_memory, True))
+        if config.transfer == "non_blocking" and not config.pin_memory:
+            config = replace(config, transfer="sync")  # from pageable memory the flag does nothing
         if config.num_workers == 0:
             config = replace(config, prefetch_factor=None, persistent_workers=False, in_order=True, start_method=None)
         elif config.prefetch_factor is None:
@@ -133,8 +155,15 @@ class SearchSpace:
     persistent: bool | None = None
     in_order: list[bool] = field(default_factory=lambda: [True])  # [True, False] when order may vary
     start_methods: list[str | None] = field(default_factory=lambda: [None])
+    transfers: list[str] | None = None  # transfer strategies to search on a CUDA device; None: all valid
 
     def validate(self) -> None:
+        for t in self.transfers or []:
+            if t not in DEVICE_TRANSFERS:
+                raise PlanError(f"transfer {t!r} is not a strategy; choose from {', '.join(DEVICE_TRANSFERS)}")
+        if self.transfers == ["non_blocking"] and self.pin is False:
+            raise PlanError("transfer non_blocking needs pin_memory (from pageable memory the copy is synchronous); "
+                            "drop --no-pin or add another transfer")
         if False in self.in_order and "in_order" not in inspect.signature(DataLoader).parameters:
             raise PlanError("in_order=False needs torch >= 2.6; this torch has no DataLoader(in_order=...)")
         allowed = multiprocessing.get_all_start_methods()
@@ -184,20 +213,27 @@ def build_grid(space: SearchSpace, accelerator: bool) -> tuple[list[TrialConfig]
     else:
         pins = [False]
         skips.append(Skip("pin_memory=True", "no accelerator: pinning only speeds host-to-device copies"))
+    if not accelerator and space.transfers:
+        skips.append(Skip(f"transfer {','.join(space.transfers)}", "no CUDA device: batches stay on the CPU"))
+    elif accelerator and "non_blocking" in (space.transfers or DEVICE_TRANSFERS):
+        if False in pins:
+            skips.append(Skip("non_blocking without pin_memory", "from pageable memory the copy is synchronous: "
+                              "non_blocking=True only overlaps from pinned memory"))
+        pins = [p for p in pins if transfers_for(p, accelerator, space.transfers)]
     persists = [space.persistent] if space.persistent is not None else [False, True]
     configs: list[TrialConfig] = []
     for bs in sorted(set(space.batch_sizes)):
         for w in sorted(set(space.workers)):
             for pin in pins:
-                transfer = transfer_for(pin, accelerator)
-                if w == 0:
-                    configs.append(TrialConfig(bs, 0, pin, None, False, transfer))
-                    continue
-                for pf in sorted(set(space.prefetch)):
-                    for pw in persists:
-                        for order in dict.fromkeys(space.in_order):
-                            for method in dict.fromkeys(space.start_methods):
-                                configs.append(TrialConfig(bs, w, pin, pf, pw, transfer, order, method))
+                for transfer in transfers_for(pin, accelerator, space.transfers):
+                    if w == 0:
+                        configs.append(TrialConfig(bs, 0, pin, None, False, transfer))
+                        continue
+                    for pf in sorted(set(space.prefetch)):
+                        for pw in persists:
+                            for order in dict.fromkeys(space.in_order):
+                                for method in dict.fromkeys(space.start_methods):
+                                    configs.append(TrialConfig(bs, w, pin, pf, pw, transfer, order, method))
     return configs, skips
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from .plan import DEFAULT_PREFETCH, TrialConfig
+from .plan import DEFAULT_PREFETCH, TrialConfig, transfer_cost
 from .results import ConfigResult, Recommendation, Trial, by_config
 from .stats import indistinguishable, ratio
 
@@ -28,7 +28,7 @@ def cost(trial: ConfigResult | Trial) -> tuple:
         c.pin_memory,
         (c.prefetch_factor or DEFAULT_PREFETCH) if c.num_workers else 0,
         c.persistent_workers,
-        c.transfer != "none" and c.transfer != "sync",
+        transfer_cost(c.transfer),  # plain .to(device), then non_blocking=True, then a prefetcher
         not c.in_order,
         c.start_method is not None,
         c.batch_size,
@@ -120,7 +120,10 @@ def snippet(config: TrialConfig, shuffle: bool, drop_last: bool, has_collate_fn:
     if has_collate_fn:
         lines.append("    collate_fn=collate_fn,")
     lines.append(")")
-    if config.transfer == "non_blocking":
+    if config.transfer == "stream":
+        lines.append("# in the training loop (from loadtune import CUDAPrefetcher): copies the next batch on a side stream")
+        lines.append("# for batch in CUDAPrefetcher(loader, device): ...")
+    elif config.transfer == "non_blocking":
         lines.append("# in the training loop: batch = batch.to(device, non_blocking=True)")
     elif config.transfer == "sync":
         lines.append("# in the training loop: batch = batch.to(device)")

@@ -12,6 +12,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from .copyrate import copy_notes
 from .plan import TrialConfig
 from .check import PASS, REGRESSION, CheckResult, summary_line
 from .recommend import persistent_saving, snippet
@@ -71,8 +72,19 @@ def trial_table(result: ScanResult) -> Table:
     table.add_column("", no_wrap=True, width=BAR_WIDTH)  # relative bar
     table.add_column("start", justify="right", no_wrap=True)
     table.add_column("mem", justify="right", no_wrap=True)
+    consumer = has_consumer(result)
+    copies = any(c.h2d_gbps is not None for c in result.configs)
+    if consumer:
+        table.add_column("wait", justify="right", no_wrap=True)
+    if copies:
+        table.add_column("GB/s", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     for rank, trial in enumerate(ranked(result), 1):
+        extra = []
+        if consumer:
+            extra.append(f"{trial.wait_fraction:.0%}" if trial.wait_fraction is not None else "-")
+        if copies:
+            extra.append(f"{trial.h2d_gbps:.1f}" if trial.h2d_gbps is not None else "-")
         est = trial.estimate
         label = Text(trial.config.label())
         if rec and trial.config == rec.config:
@@ -86,11 +98,18 @@ def trial_table(result: ScanResult) -> Table:
             bar(est.median / top) if est and top else "",
             f"{trial.startup_s:.2f}s" if trial.startup_s is not None else "-",
             short_bytes(trial.memory.peak_bytes if trial.memory else None),
+            *extra,
             status_text(trial),
         )
     for skip in result.skipped:
-        table.add_row("", Text(skip.what, style="dim"), "-", "", "-", "-", Text("skipped", style="yellow"))
+        table.add_row("", Text(skip.what, style="dim"), "-", "", "-", "-", *["-"] * (consumer + copies), Text("skipped", style="yellow"))
     table.caption = "★ recommended · default: PyTorch's defaults · ±: 95% interval of the median · start: time to first batch · mem: PSS of main process + workers · ×N: runs pooled"
+    if consumer:
+        table.caption += " · wait: share of the time the step waited for data" + (
+            " (the GPU's compute stream idle between steps)" if result.settings.get("device", "cpu").startswith("cuda") else "")
+    if copies:
+        peak = f", pinned peak {result.h2d_peak_gbps:.1f}" if result.h2d_peak_gbps else ""
+        table.caption += f" · GB/s: batches copied to the GPU per second{peak}"
     table.caption_justify = "left"
     return table
 
@@ -107,8 +126,41 @@ def notes(result: ScanResult) -> list[Text]:
     for t in configs:
         out += [Text(f"• {t.config.label()}: {w}", style="yellow") for w in t.warnings]
     out += [Text(f"• {note}", style="cyan") for note in result.notes]
+    out += [Text(f"• {note}", style="cyan") for note in step_notes(result) + copy_notes(result) + gpu_notes(result)]
     out += [Text(f"• {s.what} skipped: {s.why}", style="yellow") for s in result.skipped]
     return out
+
+
+def has_consumer(result: ScanResult) -> bool:
+    """A step consumed the batches (the spec's or ``--step-ms``'s): only then is waiting for data idle time."""
+    return bool(result.spec.has_step or result.settings.get("step"))
+
+
+def step_notes(result: ScanResult) -> list[str]:
+    step = result.settings.get("step")
+    if not step:
+        return []
+    where = "the GPU" if step["device_type"] == "cuda" else "the CPU, competing with the workers for cores as a CPU training step does"
+    return [f"consumer: a synthetic step of {step['ms']:g} ms per batch ({step['iterations']} matmuls of "
+            f"{step['size']}×{step['size']} on {where}; {step['calibrated_ms']:.3g} ms when calibrated on the idle device)"]
+
+
+def gpu_notes(result: ScanResult) -> list[str]:
+    """The recommended config's GPU memory, utilisation and pinned host memory."""
+    rec = result.recommendation
+    pick = result.config_result(rec.config) if rec else None
+    usage = pick.gpu if pick else None
+    if usage is None:
+        return []
+    parts = []
+    if usage.peak_allocated_bytes is not None:
+        parts.append(f"GPU memory peak {short_bytes(usage.peak_allocated_bytes)} allocated, "
+                     f"{short_bytes(usage.peak_reserved_bytes)} reserved")
+    if usage.mean_utilisation is not None:
+        parts.append(f"GPU utilisation {usage.mean_utilisation:.0f}% (NVML, mean of {len(usage.utilisation)} samples)")
+    if usage.pinned_bytes:
+        parts.append(f"pinned host memory {short_bytes(usage.pinned_bytes)}" + (" (estimate: batch bytes × batches in flight)" if usage.pinned_estimated else ""))
+    return [f"{pick.config.label()}: " + "; ".join(parts)] if parts else []
 
 
 def recommendation_panel(result: ScanResult) -> Panel:
@@ -225,3 +277,56 @@ def print_check(console: Console, outcome: CheckResult) -> None:
         console.print(f"  environment changed: {line}", style="yellow")
     style = {PASS: "bold green", REGRESSION: "bold red"}.get(outcome.status, "bold yellow")
     console.print(Text(outcome.status.upper() + (": " + "; ".join(outcome.reasons) if outcome.reasons else ""), style=style))
+
+
+def gbps(value: float | None) -> str:
+    return f"{value:.1f}" if value is not None else "-"
+
+
+def print_doctor(console: Console, report: Any) -> None:
+    """``loadtune doctor``: the machine, then each GPU with its link and measured copy rates."""
+    m = report.machine
+    quota = f", cgroup quota {m.cgroup_cpu_limit:g} CPUs" if m.cgroup_cpu_limit is not None else ""
+    lines = [
+        ("cores", f"{m.usable_cores} usable (affinity mask {report.affinity_cores}{quota}; {m.logical_cores} logical) · {m.cpu_model}"),
+        ("RAM", f"{short_bytes(m.memory_total_bytes)} total, {short_bytes(m.memory_available_bytes)} available"),
+        ("/dev/shm", f"{short_bytes(m.shm_total_bytes)} total, {short_bytes(report.shm_free_bytes)} free" if m.shm_total_bytes else "not available"),
+        ("python", f"{m.python} · {m.platform}"),
+        ("torch", f"{m.torch} · CUDA {m.cuda or 'none (CPU build)'}" + (f" · cuDNN {report.cudnn}" if report.cudnn else "")
+         + (f" · driver supports CUDA {report.driver_cuda}" if report.driver_cuda else "")),
+        ("start method", f"{m.start_method} (DataLoader workers start this way by default)"),
+        ("NVML", "available" if report.nvml_note is None else f"unavailable ({report.nvml_note})"),
+    ]
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for name, value in lines:
+        table.add_row(name, value)
+    console.print(table)
+    if report.gpu_note:
+        console.print(Text(report.gpu_note, style="yellow"))
+        return
+    for gpu in report.gpus:
+        link = gpu.link
+        head = Text.assemble((f"GPU {gpu.index}: {gpu.name}", "bold"), f" · {short_bytes(gpu.memory_bytes)}"
+                             + (f" · driver {gpu.driver}" if gpu.driver else ""))
+        console.print(head)
+        if link is not None:
+            console.print(f"  PCIe gen {link.gen_current or '?'} x{link.width_current or '?'} now (read after the copies), "
+                          f"gen {link.gen_max or '?'} x{link.width_max or '?'} at most: "
+                          f"{gbps(gpu.link_gbps_current)} GB/s now, {gbps(gpu.link_gbps_max)} GB/s at most, each way (theoretical)")
+        else:
+            console.print("  PCIe link: unknown (NVML unavailable)", style="dim")
+        if gpu.copies:
+            copies = Table(title="  measured copies, GB/s (median of repeats, CUDA events)", title_justify="left", header_style="bold", pad_edge=False)
+            copies.add_column("size", justify="right")
+            for col in ("H2D pinned", "H2D pageable", "D2H pinned", "D2H pageable"):
+                copies.add_column(col, justify="right")
+            for size in dict.fromkeys(c.size_bytes for c in gpu.copies):
+                by = {(c.direction, c.memory): c for c in gpu.copies if c.size_bytes == size}
+                copies.add_row(f"{size / 2**20:g} MiB", *[
+                    f"{by[k].gbps:.1f} ±{(by[k].high - by[k].low) / 2 / by[k].gbps:.0%}" if k in by and by[k].gbps else "-"
+                    for k in (("h2d", "pinned"), ("h2d", "pageable"), ("d2h", "pinned"), ("d2h", "pageable"))])
+            console.print(copies)
+        if gpu.error:
+            console.print(Text(f"  copies could not be measured: {gpu.error}", style="red"))

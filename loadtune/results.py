@@ -19,6 +19,7 @@ from . import __version__
 from .machine import MachineInfo
 from .plan import Skip, TrialConfig
 from .stats import Estimate, estimate
+from .transfer import BatchInfo
 
 SCHEMA = "loadtune/scan"
 SCHEMA_VERSION = 1
@@ -36,10 +37,17 @@ class Block:
     batches: int
     seconds: float
     epochs: int = 0  # epoch boundaries crossed inside this block
+    wait_s: float | None = None  # the consumer waited for data this long (None: no consumer step)
+    h2d_bytes: int | None = None  # bytes of the batches copied to a CUDA device (None: none copied)
 
     @property
     def rate(self) -> float:
         return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def h2d_gbps(self) -> float | None:
+        """Host-to-device GB/s (10^9 bytes) over the whole block, waits included."""
+        return self.h2d_bytes / self.seconds / 1e9 if self.h2d_bytes is not None and self.seconds > 0 else None
 
 
 @dataclass
@@ -50,6 +58,33 @@ class MemoryUsage:
     peak_processes: int
     method: str  # "pss": shared pages split between sharers; "rss": summed, overcounts shared pages
     samples: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, bytes)
+
+
+def block_dict(block: Block) -> dict:
+    """A block as JSON, its optional figures left out when not measured (blocks are many)."""
+    return {k: v for k, v in asdict(block).items() if v is not None or k not in ("wait_s", "h2d_bytes")}
+
+
+@dataclass
+class GPUUsage:
+    """The trial's GPU: the torch allocator's peaks (inside the trial, reset at its start), utilisation
+    (NVML, sampled from the parent while blocks are timed) and page-locked host memory."""
+
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    pinned_bytes: int | None = None  # page-locked host memory of the trial's main process, at its peak
+    pinned_estimated: bool = False  # True: batch bytes x batches in flight, no allocator counter available
+    utilisation: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, percent)
+
+    @property
+    def mean_utilisation(self) -> float | None:
+        return statistics.fmean(u for _, u in self.utilisation) if self.utilisation else None
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "GPUUsage":
+        data = dict(data)
+        data["utilisation"] = [tuple(s) for s in data.get("utilisation", [])]
+        return cls(**data)
 
 
 @dataclass
@@ -77,6 +112,8 @@ class Trial:
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     round: int = 0  # 0: the search; 1, 2, ...: contenders re-measured side by side
+    gpu: GPUUsage | None = None  # only for trials on a CUDA device
+    batch: BatchInfo | None = None  # the first batch's bytes, dtypes and shapes
 
     @property
     def ok(self) -> bool:
@@ -90,6 +127,8 @@ class Trial:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["config"] = self.config.to_dict()
+        data["blocks"] = [block_dict(b) for b in self.blocks]
+        data["warmup"] = block_dict(self.warmup) if self.warmup else None
         est = self.estimate
         data["samples_per_s"] = asdict(est) if est else None  # derived, for readers; recomputed on load
         return data
@@ -106,6 +145,8 @@ class Trial:
             mem["samples"] = [tuple(s) for s in mem.get("samples", [])]
             data["memory"] = MemoryUsage(**mem)
         data["error"] = TrialError(**data["error"]) if data.get("error") else None
+        data["gpu"] = GPUUsage.from_dict(data["gpu"]) if data.get("gpu") else None
+        data["batch"] = BatchInfo.from_dict(data["batch"]) if data.get("batch") else None
         return cls(**data)
 
 
@@ -148,6 +189,29 @@ class ConfigResult:
     @property
     def error(self) -> TrialError | None:
         return next((t.error for t in self.trials if t.error is not None), None)
+
+    @property
+    def wait_fraction(self) -> float | None:
+        """Share of the timed blocks' wall time the consumer spent waiting for the next batch."""
+        blocks = [b for t in self.trials if t.ok for b in t.blocks if b.wait_s is not None]
+        seconds = sum(b.seconds for b in blocks)
+        return min(1.0, max(0.0, sum(b.wait_s for b in blocks) / seconds)) if seconds > 0 else None
+
+    @property
+    def h2d_gbps(self) -> float | None:
+        """Achieved host-to-device GB/s: the median over timed blocks of bytes copied / block time."""
+        rates = [b.h2d_gbps for t in self.trials if t.ok for b in t.blocks if b.h2d_gbps is not None]
+        return statistics.median(rates) if rates else None
+
+    @property
+    def gpu(self) -> GPUUsage | None:
+        """The run with the most GPU memory reserved (the cost to plan for)."""
+        usages = [t.gpu for t in self.trials if t.gpu]
+        return max(usages, key=lambda g: g.peak_reserved_bytes or 0) if usages else None
+
+    @property
+    def batch(self) -> BatchInfo | None:
+        return next((t.batch for t in self.trials if t.batch), None)
 
     @property
     def warnings(self) -> list[str]:
@@ -217,6 +281,7 @@ class ScanResult:
     calibration: list[Trial] = field(default_factory=list)  # loadtune's yardstick workload, same run
     recommendation: Recommendation | None = None
     state: str = "running"  # "running" | "complete" | "interrupted"
+    h2d_peak_gbps: float | None = None  # pinned host-to-device GB/s of the device, measured before the trials
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     loadtune_version: str = __version__
 
@@ -246,6 +311,7 @@ class ScanResult:
             "calibration": [t.to_dict() for t in self.calibration],
             "trials": [t.to_dict() for t in self.trials],
             "recommendation": self.recommendation.to_dict() if self.recommendation else None,
+            "h2d_peak_gbps": self.h2d_peak_gbps,
         }
 
     @classmethod
@@ -273,6 +339,7 @@ class ScanResult:
                 state=data["state"],
                 created=data["created"],
                 loadtune_version=data["loadtune_version"],
+                h2d_peak_gbps=data.get("h2d_peak_gbps"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ResultError(f"malformed scan result: {type(exc).__name__}: {exc}") from None

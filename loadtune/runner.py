@@ -26,9 +26,11 @@ import psutil
 from .faults import diagnose
 from .measure import ConsumerError, LoaderOptions, Timing, TrialFailure, measure
 from .memory import MemorySampler
+from .nvml import UtilisationSampler
 from .plan import TrialConfig
-from .results import Trial, TrialError
+from .results import GPUUsage, Trial, TrialError
 from .spec import LoadedSpec, SpecRef, load_spec
+from .workload import StepWorkload
 
 LOG_TAIL_CHARS = 2000
 
@@ -43,12 +45,15 @@ class TrialRequest:
     options: LoaderOptions
     timeout_s: float
     start_method: str  # how DataLoader workers start in the user's training (a forkserver child would inherit forkserver)
+    workload: StepWorkload | None = None  # the calibrated synthetic step of --step-ms, in place of the spec's
 
 
-def context_for(source: SpecRef | LoadedSpec):
-    """forkserver (torch preloaded) for spec files; fork for in-memory objects, which may not pickle."""
+def context_for(source: SpecRef | LoadedSpec, device: str = "cpu"):
+    """forkserver (torch preloaded) for spec files; fork for in-memory objects, which may not pickle —
+    except on a CUDA device: CUDA does not survive a fork from a process that has used it (as the
+    caller's usually has), so there in-memory objects are pickled too (``scan.prepare`` checks they can be)."""
     methods = multiprocessing.get_all_start_methods()
-    if isinstance(source, LoadedSpec) and "fork" in methods:
+    if isinstance(source, LoadedSpec) and "fork" in methods and not device.startswith("cuda"):
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
@@ -113,7 +118,8 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
             if conn.poll(10):
                 conn.recv()
 
-        measure(spec, request.config, torch.device(request.device), timing, request.options, emit, measured)
+        measure(spec, request.config, torch.device(request.device), timing, request.options, emit, measured,
+                workload=request.workload)
         conn.send(("done", None))
     except BaseException as exc:  # noqa: BLE001 - everything is reported, nothing escapes
         if isinstance(exc, TrialFailure):
@@ -203,7 +209,7 @@ def run_trial(
     on_event: Callable[[str, object], None] | None = None,
 ) -> Trial:
     """Run one trial in a child process and return what it measured, failed or not."""
-    ctx = context_for(source)
+    ctx = context_for(source, request.device)
     recv, send = ctx.Pipe()  # duplex: the parent acknowledges the child's "measured"
     fd, log_name = tempfile.mkstemp(prefix="loadtune-trial-", suffix=".log")
     os.close(fd)
@@ -213,6 +219,7 @@ def run_trial(
     proc = ctx.Process(target=_child, args=(source, request, send, str(log_path)), name="loadtune-trial")
     finished = False
     sampler = None
+    gpu_sampler: UtilisationSampler | None = None  # NVML, when the trial runs on a CUDA device and NVML works
     try:
         with main_module_hidden():
             proc.start()
@@ -247,19 +254,31 @@ def run_trial(
                     trial.error = payload
                 elif kind == "done":
                     finished = True
+                elif kind == "device":
+                    gpu_sampler = UtilisationSampler.for_device(payload.get("uuid"), payload.get("index"))
+                elif kind == "batch":
+                    trial.batch = payload
+                elif kind == "gpu_memory":
+                    trial.gpu = payload
                 if on_event:
                     on_event(kind, payload)
                 if kind in ("done", "error"):
                     break
                 if kind == "warmup":
                     sampler.timed = True  # blocks are timed from here: sample sparingly
+                    if gpu_sampler is not None:
+                        gpu_sampler.timed = True
                 elif kind == "measured":
                     sampler.timed = False
+                    if gpu_sampler is not None:
+                        gpu_sampler.timed = False
                     sampler.maybe_sample(force=True)  # steady state, nothing timed now
                     recv.send("ack")
                 elif kind == "startup":
                     sampler.maybe_sample(force=True)  # the workers are up: warm-up is untimed
             sampler.maybe_sample()
+            if gpu_sampler is not None:
+                gpu_sampler.maybe_sample()
         if trial.error is None or trial.error.kind != "timeout":
             proc.join(10)
     finally:  # also on Ctrl-C: nothing of the trial survives it
@@ -273,6 +292,9 @@ def run_trial(
         recv.close()
         trial.wall_s = time.monotonic() - started
         trial.memory = sampler.result() if sampler else None
+        if gpu_sampler is not None and gpu_sampler.samples:
+            trial.gpu = trial.gpu or GPUUsage()
+            trial.gpu.utilisation = gpu_sampler.samples
         log_tail = read_tail(log_path)
         log_path.unlink(missing_ok=True)
     if finished and trial.blocks:

@@ -7,6 +7,7 @@ dict, then explicit arguments (CLI flags). Every option is checked before any tr
 from __future__ import annotations
 
 import hashlib
+import pickle
 import random
 import statistics
 import time
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 
 from . import calibration
 from . import machine as machine_mod
+from . import probe as probe_mod
 from .measure import LoaderOptions, Timing
 from .plan import PlanError, SearchSpace, Skip, TrialConfig, build_grid, default_workers, reference_configs
 from .recommend import NOISE_FLOOR, recommend
@@ -23,6 +25,8 @@ from .results import ScanResult, SpecInfo, Trial, check_writable
 from .runner import TrialRequest, run_trial
 from .search import AdaptiveSearch, GridSearch
 from .spec import LoadedSpec, SpecRef, from_objects, load_spec
+from .workload import StepWorkload, WorkloadError, check_step_ms
+from .workload import calibrate as calibrate_step
 
 DEFAULT_BATCH_SIZE = 64
 MAX_WORKERS_FLOOR = 64  # the adaptive search may extend num_workers up to max(this, 8 x usable cores), memory allowing
@@ -57,8 +61,15 @@ class ScanOptions:
     budget: float | None = None  # seconds for the whole scan; no new trial starts past it
     confirm: int = 1  # rounds in which the contenders are re-measured side by side
     seed: int = 0  # trial order and shuffling
+    step_ms: float | None = None  # a synthetic consumer step of about this many ms per batch (no spec step needed)
+    transfer: list[str] | None = None  # transfer strategies to search on a CUDA device; None: sync, non_blocking, stream
 
     def validate(self) -> None:
+        if self.step_ms is not None:
+            try:
+                check_step_ms(self.step_ms)
+            except WorkloadError as exc:
+                raise OptionsError(str(exc)) from None
         for name in ("pin", "persistent", "shuffle", "drop_last", "allow_reorder"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (value is None and name in ("pin", "persistent")):
@@ -101,7 +112,7 @@ def resolve_options(spec_defaults: dict, overrides: dict) -> ScanOptions:
                 raise OptionsError(f"unknown option {key!r} in {origin}; known: {', '.join(sorted(known))}")
             if value is not None:
                 merged[key] = value
-    for key in ("batch_size", "workers", "prefetch", "start_method"):
+    for key in ("batch_size", "workers", "prefetch", "start_method", "transfer"):
         if key in merged:
             merged[key] = as_list(merged[key])
     opts = ScanOptions(**merged)
@@ -185,6 +196,7 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
         persistent=opts.persistent,
         in_order=[True, False] if opts.allow_reorder else [True],
         start_methods=list(opts.start_method) if opts.start_method else [None],
+        transfers=list(opts.transfer) if opts.transfer else None,
     )
     try:
         configs, skips = build_grid(space, accelerator)
@@ -199,13 +211,53 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
         "references": [c.key for c in references],
         "planned": [c.key for c in configs],
     }
+    if isinstance(source, LoadedSpec) and accelerator:
+        check_picklable(source)
+    if opts.step_ms is not None and spec.step is not None:
+        raise OptionsError("the spec defines step(batch) and step_ms is given: the synthetic step would replace yours; "
+                           "drop one of them")
     result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=skips)
+    measure_device(result, device, opts.step_ms)
     if info.busy:
         result.notes.append(
             f"the machine was busy before the scan (load average {info.load_average:.1f} on {info.logical_cores} "
             "cores): other work competes with the trials, so figures are noisier and lower; re-run on a quiet machine"
         )
     return Plan(source, spec, opts, info, device, strategy, result)
+
+
+def check_picklable(spec: LoadedSpec) -> None:
+    """On a CUDA device trials of in-memory objects are not forked (see ``runner.context_for``): they must pickle."""
+    try:
+        pickle.dumps(spec)
+    except Exception as exc:  # PicklingError, AttributeError (local class), TypeError (lambda, open file)
+        raise OptionsError(
+            f"on a CUDA device the dataset, collate_fn and step must pickle (a trial cannot be forked from a process "
+            f"that has used CUDA), and these do not ({type(exc).__name__}: {exc}); put them in a spec file and run "
+            "`loadtune scan dataset.py`, or pass device='cpu'") from None
+
+
+def measure_device(result: ScanResult, device: str, step_ms: float | None) -> None:
+    """Once per scan, before the trials: on a CUDA device, the pinned copy peak that achieved rates are
+    set beside (in a child process, see ``probe.py``); with ``step_ms``, the synthetic step's calibration."""
+    if device.startswith("cuda"):
+        got = probe_mod.run(device, step_ms)
+        result.h2d_peak_gbps = got.h2d_peak_gbps
+        if got.error:
+            result.notes.append(f"measuring {device} before the scan failed ({got.error}): no copy peak to compare with")
+        if step_ms is not None and got.workload is None:
+            raise OptionsError(f"step_ms: the synthetic step could not be calibrated on {device}: {got.error}")
+        work = got.workload
+    else:
+        work = calibrate_step(step_ms, "cpu") if step_ms is not None else None
+    if work is not None:
+        result.settings["step"] = work.to_dict()
+
+
+def workload_of(result: ScanResult) -> StepWorkload | None:
+    """The synthetic step the scan's trials run (a resumed scan keeps the one it was calibrated with)."""
+    data = result.settings.get("step")
+    return StepWorkload.from_dict(data) if data else None
 
 
 def make_strategy(
@@ -272,14 +324,16 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
         min_blocks=opts.min_blocks, target_spread=opts.target_spread,
     )
     loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
-    request_for = lambda config: TrialRequest(config, plan.device, timing, loader_options, opts.timeout, plan.machine.start_method)  # noqa: E731
+    workload = workload_of(result)
+    request_for = lambda config: TrialRequest(config, plan.device, timing, loader_options, opts.timeout,  # noqa: E731
+                                              plan.machine.start_method, workload)
     save = (lambda: result.save(json_path)) if json_path else (lambda: None)
     planned = len(strategy.configs) if isinstance(strategy, GridSearch) else None
     if observer:
         observer.scan_started(result, planned, opts.budget)
     save()
     started = time.monotonic()
-    calibrate = lambda: result.calibration.append(run_trial(calibration.REF, replace(request_for(calibration.CONFIG), device="cpu")))  # noqa: E731
+    calibrate = lambda: result.calibration.append(run_trial(calibration.REF, replace(request_for(calibration.CONFIG), device="cpu", workload=None)))  # noqa: E731
     try:
         if not result.calibration:
             calibrate()  # the machine's speed now, for ``check`` to compare ratios across machines

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from .plan import SearchSpace, Skip, TrialConfig, transfer_for
+from .plan import SearchSpace, Skip, TrialConfig, transfers_for
 from .recommend import contenders
 from .results import ConfigResult, ScanResult, by_config
 from .stats import indistinguishable
@@ -103,9 +103,14 @@ class AdaptiveSearch:
         return self.space.batch_sizes[0]
 
     def base(self, batch_size: int, workers: int) -> TrialConfig:
-        """The sweep's config: smallest prefetch, persistent where allowed, pinned with an accelerator."""
+        """The sweep's config: smallest prefetch, persistent where allowed, pinned with an accelerator,
+        the pin's default transfer (``non_blocking`` when pinned) unless the transfers were narrowed."""
         pin = self.accelerator if self.space.pin is None else self.space.pin
-        transfer = transfer_for(pin, self.accelerator)
+        choices = transfers_for(pin, self.accelerator, self.space.transfers)
+        if not choices:  # only strategies that need the other pinning were allowed
+            pin = not pin
+            choices = transfers_for(pin, self.accelerator, self.space.transfers)
+        transfer = choices[0]
         if workers == 0:
             return TrialConfig(batch_size, 0, pin, None, False, transfer)
         persistent = self.space.persistent is not False
@@ -174,7 +179,7 @@ class AdaptiveSearch:
         return 2 * workers
 
     def refinements(self, done: dict) -> list[TrialConfig]:
-        """One knob at a time around the best worker counts of the sweep."""
+        """One knob at a time around the best configs so far (the cheapest tied and the fastest)."""
         swept = [c for c in done.values() if c.ok]
         if not swept:
             return []
@@ -193,6 +198,11 @@ class AdaptiveSearch:
             out += [replace(c, batch_size=b) for b in self.space.batch_sizes]
             if c.batch_size != self.sweep_batch:  # not swept at this batch size: the counts either side
                 out += [c.with_knobs(num_workers=w) for w in self.neighbours(c.num_workers, done)]
+            if self.accelerator:  # how the batch reaches the GPU: sync, non_blocking (pinned only), stream
+                out += [c.with_knobs(transfer=t) for t in transfers_for(c.pin_memory, True, self.space.transfers)
+                        if t != c.transfer]
+        if self.accelerator and self.space.transfers is not None:  # a pin toggle must not bring back a strategy left out
+            out = [c for c in out if c.transfer in self.space.transfers]
         return list(dict.fromkeys(out))
 
     def neighbours(self, workers: int, done: dict) -> list[int]:

@@ -7,7 +7,8 @@ pinned; from pageable memory the copy is synchronous whatever the flag says.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 import torch
 
@@ -52,3 +53,39 @@ def batch_size_of(batch: Any) -> int | None:
                     return n
         return len(batch) if not (isinstance(batch, tuple) and hasattr(batch, "_fields")) else None
     return None
+
+
+def tensors_of(batch: Any) -> Iterator[torch.Tensor]:
+    """Every tensor leaf of a nested batch, in ``move_to``'s order."""
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, dict):
+        for value in batch.values():
+            yield from tensors_of(value)
+    elif isinstance(batch, (list, tuple)):
+        for value in batch:
+            yield from tensors_of(value)
+
+
+def nbytes_of(batch: Any) -> int:
+    """Bytes a move to the device copies: the sum over the batch's tensors (views count their own
+    elements, as ``.to`` copies only those)."""
+    return sum(t.nelement() * t.element_size() for t in tensors_of(batch))
+
+
+@dataclass
+class BatchInfo:
+    """What one batch holds: its bytes and each tensor's dtype and shape (for the report's advice)."""
+
+    nbytes: int
+    tensors: list[tuple[str, list[int]]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, batch: Any) -> "BatchInfo":
+        leaves = list(tensors_of(batch))
+        return cls(sum(t.nelement() * t.element_size() for t in leaves),
+                   [(str(t.dtype).removeprefix("torch."), list(t.shape)) for t in leaves])
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BatchInfo":
+        return cls(int(data["nbytes"]), [(str(d), list(s)) for d, s in data.get("tensors", [])])

@@ -49,3 +49,15 @@ def no_leaked_processes():
         time.sleep(0.05)
     strays = stray_children()
     assert not strays, f"processes left behind: {[(p.pid, p.cmdline()) for p in strays]}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` need a CUDA device: skipped without one (run them with ``-m cuda`` on a GPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)

@@ -38,12 +38,13 @@ def test_scan_end_to_end_table_snippet_and_json(tmp_path):
     assert data["state"] == "complete"
     assert data["machine"]["usable_cores"] >= 1
     assert data["spec"]["path"].endswith("tiny.py") and data["spec"]["length"] == 512
-    assert len(data["trials"]) == 2
+    search = [t for t in data["trials"] if t["round"] == 0]  # later rounds re-measure tied contenders on purpose
+    assert len(search) == 2
     for trial in data["trials"]:
         assert trial["status"] == "ok"
         assert len(trial["blocks"]) == 3 and all(b["samples"] > 0 and b["seconds"] > 0 for b in trial["blocks"])
         assert trial["startup_s"] > 0 and trial["memory"]["peak_bytes"] > 0
-    workers = sorted(t["config"]["num_workers"] for t in data["trials"])
+    workers = sorted(t["config"]["num_workers"] for t in search)
     assert workers == [0, 2]
     rec = data["recommendation"]
     assert rec["config"]["num_workers"] in (0, 2)
@@ -156,7 +157,7 @@ def test_python_api_with_an_in_memory_dataset(tmp_path):
         warmup=0.1, block_time=0.05, blocks=2, json_path=tmp_path / "api.json",
     )
     assert isinstance(result, loadtune.ScanResult)
-    assert result.state == "complete" and len(result.ok_trials) == 2
+    assert result.state == "complete" and len([t for t in result.ok_trials if t.round == 0]) == 2
     assert result.recommendation is not None
     assert ScanResult.load(tmp_path / "api.json").to_dict()["trials"] == result.to_dict()["trials"]
 

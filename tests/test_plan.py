@@ -67,22 +67,23 @@ def test_pin_not_searched_without_accelerator_even_if_asked():
     assert skips
 
 
-def test_with_accelerator_both_pins_and_transfer_follows_pin():
+def test_with_accelerator_pins_and_transfer_strategies_are_searched():
     configs, skips = build_grid(space(), accelerator=True)
-    assert skips == []
+    assert [s.what for s in skips] == ["non_blocking without pin_memory"]
     assert {c.pin_memory for c in configs} == {False, True}
-    for c in configs:
-        assert c.transfer == ("non_blocking" if c.pin_memory else "sync")
-    # every (workers, prefetch, persistent) point appears with and without pinning
-    unpinned = {(c.batch_size, c.num_workers, c.prefetch_factor, c.persistent_workers) for c in configs if not c.pin_memory}
-    pinned = {(c.batch_size, c.num_workers, c.prefetch_factor, c.persistent_workers) for c in configs if c.pin_memory}
-    assert unpinned == pinned
+    assert {c.transfer for c in configs if not c.pin_memory} == {"sync", "stream"}
+    assert {c.transfer for c in configs if c.pin_memory} == {"sync", "non_blocking", "stream"}
+    # every (workers, prefetch, persistent) point appears with and without pinning, with each strategy
+    points = {(c.batch_size, c.num_workers, c.prefetch_factor, c.persistent_workers) for c in configs}
+    for pin, transfer in [(False, "sync"), (False, "stream"), (True, "sync"), (True, "non_blocking"), (True, "stream")]:
+        assert {(c.batch_size, c.num_workers, c.prefetch_factor, c.persistent_workers)
+                for c in configs if (c.pin_memory, c.transfer) == (pin, transfer)} == points
 
 
 def test_with_accelerator_fixed_pin():
     configs, _ = build_grid(space(pin=False), accelerator=True)
     assert {c.pin_memory for c in configs} == {False}
-    assert {c.transfer for c in configs} == {"sync"}
+    assert {c.transfer for c in configs} == {"sync", "stream"}  # never non_blocking from pageable memory
 
 
 def test_grid_counts():
@@ -91,7 +92,7 @@ def test_grid_counts():
     configs, _ = build_grid(s, accelerator=False)
     assert len(configs) == 2 * (1 + 3 * 2 * 2)
     configs, _ = build_grid(s, accelerator=True)
-    assert len(configs) == 2 * 2 * (1 + 3 * 2 * 2)
+    assert len(configs) == 2 * (2 + 3) * (1 + 3 * 2 * 2)  # unpinned: sync, stream; pinned: + non_blocking
     configs, _ = build_grid(space(batch_sizes=[16, 64], workers=[0, 1, 2, 4], prefetch=[2, 4], persistent=True), False)
     assert len(configs) == 2 * (1 + 3 * 2)
     assert all(c.persistent_workers for c in configs if c.num_workers)
