@@ -25,7 +25,7 @@ def run_cli(*args, cwd=None, timeout=240):
 
 def test_scan_end_to_end_table_snippet_and_json(tmp_path):
     out = tmp_path / "result.json"
-    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--json", out, "-q", *QUICK)
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--json", out, *QUICK)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     text = proc.stdout
