@@ -303,25 +303,32 @@ def times(value: float) -> str:
 
 def ratio_text(r, folded: bool = False) -> str:
     """``0.52× (0.50–0.55)``: b/a with its interval; folded onto two lines for a narrow table."""
-    return f"{times(r.value)}×" + ("\n" if folded else " ") + f"({times(r.low)}–{times(r.high)})"
+    if folded:
+        return f"{times(r.value)}×\n{times(r.low)}–{times(r.high)}"
+    return f"{times(r.value)}× ({times(r.low)}–{times(r.high)})"
 
 
 def comparison_table(cmp: Comparison, diffs: list[ConfigDiff], width: int | None = None) -> Table:
     """A's and B's figure per config, the ratio B/A with its interval, and the verdict. Given a
-    ``width`` too narrow for one line per row, the interval folds under the ratio."""
-    table = build_comparison_table(cmp, diffs, folded=False)
+    ``width`` too narrow for one line per row, the interval folds under the ratio, then each
+    figure's ``±`` under its median; only then does the config column wrap."""
+    table = build_comparison_table(cmp, diffs, fold=0)
     if width is not None:
         console = Console(width=width)
-        if Measurement.get(console, console.options.update_width(10_000), table).maximum > width:
-            table = build_comparison_table(cmp, diffs, folded=True)
+        unbounded = console.options.update_width(10_000)
+        for fold in (1, 2):
+            if Measurement.get(console, unbounded, table).maximum <= width:
+                break
+            table = build_comparison_table(cmp, diffs, fold)
     return table
 
 
-def build_comparison_table(cmp: Comparison, diffs: list[ConfigDiff], folded: bool) -> Table:
+def build_comparison_table(cmp: Comparison, diffs: list[ConfigDiff], fold: int) -> Table:
     table = Table(title="Config by config: B against A", title_justify="left", header_style="bold", pad_edge=False)
+    unit = "\nsamples/s" if fold >= 2 else " samples/s"
     table.add_column("config", ratio=1, min_width=12)
-    table.add_column("A samples/s", justify="right", no_wrap=True)
-    table.add_column("B samples/s", justify="right", no_wrap=True)
+    table.add_column("A" + unit, justify="right", no_wrap=True)
+    table.add_column("B" + unit, justify="right", no_wrap=True)
     table.add_column("B/A", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     for d in diffs:
@@ -331,9 +338,9 @@ def build_comparison_table(cmp: Comparison, diffs: list[ConfigDiff], folded: boo
                 label.append(mark, style="bold yellow")
         table.add_row(
             label,
-            side_text(d.a, d.a_status),
-            side_text(d.b, d.b_status),
-            ratio_text(d.ratio, folded) if d.ratio else "-",
+            side_text(d.a, d.a_status, fold >= 2),
+            side_text(d.b, d.b_status, fold >= 2),
+            ratio_text(d.ratio, fold >= 1) if d.ratio else "-",
             Text(d.verdict, style=VERDICT_STYLES.get(d.verdict, "yellow")),
         )
     table.caption = ("★A, ★B: each scan's recommendation · ±: 95% interval of the median · B/A: ratio with its interval · "
@@ -342,9 +349,9 @@ def build_comparison_table(cmp: Comparison, diffs: list[ConfigDiff], folded: boo
     return table
 
 
-def side_text(est, status: str | None) -> Text:
+def side_text(est, status: str | None, folded: bool = False) -> Text:
     if est is not None:
-        return Text(spread_text(est))
+        return Text(spread_text(est).replace(" ", "\n") if folded else spread_text(est))
     if status is None:
         return Text("-", style="dim")
     return status_cell(status)
