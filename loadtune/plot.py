@@ -185,7 +185,8 @@ def write_plot(result: ScanResult, path: str | Path) -> None:
         ax.set_xscale("symlog", base=2, linthresh=1)  # 0, 1, 2, 4, … 64 evenly spread
     ax.set_xticks(workers)
     ax.set_xticklabels([str(w) for w in workers])
-    ax.set_ylim(bottom=0)
+    highs = [p.high for line in data.lines for p in line.points] + ([data.bound[0]] if data.bound else [])
+    ax.set_ylim(0, max(highs, default=1.0) * 1.08)  # from zero, so heights compare; the bound inside the frame
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax.set_xlabel("num_workers")
     ax.set_ylabel("samples/s (median)")
