@@ -27,7 +27,7 @@ from .report import ProgressDisplay, print_check, print_comparison, print_recomm
 from .results import ResultError, ScanResult, check_writable, write_atomic
 from .scan import OptionsError, ScanOptions, execute, prepare, resume_from
 from .spec import SpecError
-from .view import Filters, ViewError, parse_statuses, select
+from .view import ViewError, filters_from, select
 
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
@@ -265,12 +265,7 @@ def show(
             plot_mod.plot_format(plot)
             if len(result_paths) == 2:
                 raise OptionsError("--plot draws one scan; run show --plot on each of the two")
-        filters = Filters(
-            batch_size=frozenset(int_list(batch_size, "--batch-size")) if batch_size else None,
-            workers=frozenset(int_list(workers, "--workers")) if workers else None,
-            pin=pin,
-            status=parse_statuses(status),
-        )
+        filters = filters_from(batch_size, workers, pin, status)
         if as_json and len(result_paths) == 1 and (filters.any or top is not None or sort != "rate"):
             raise OptionsError("--format json writes the whole saved result; --top, --sort and the filters shape the table only")
         results = [ScanResult.load(path) for path in result_paths]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .plan import Skip, TrialConfig
+from .plan import Skip, TrialConfig, parse_int_list
 from .results import ConfigResult, ScanResult
 
 STATUSES = ("ok", "failed", "skipped", "excluded")  # "excluded": measured, then ruled out (e.g. a memory cap)
@@ -100,6 +100,17 @@ class Filters:
     @property
     def any(self) -> bool:
         return any(v is not None for v in (self.batch_size, self.workers, self.pin, self.status))
+
+
+def filters_from(batch_size: str | None = None, workers: str | None = None, pin: bool | None = None,
+                 status: str | None = None) -> Filters:
+    """Filters from the command line's text (``"32,64"``, ``"ok,failed"``); bad values name their flag."""
+    return Filters(
+        batch_size=frozenset(parse_int_list(batch_size, "--batch-size")) if batch_size is not None else None,
+        workers=frozenset(parse_int_list(workers, "--workers")) if workers is not None else None,
+        pin=pin,
+        status=parse_statuses(status),
+    )
 
 
 def parse_statuses(text: str | None) -> frozenset[str] | None:

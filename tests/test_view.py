@@ -148,3 +148,14 @@ def test_quiet_output_is_the_recommendation_without_the_table(result):
     assert "Recommendation" in text and "loader = DataLoader(" in text and "num_workers=0" in text
     assert "fastest first" not in text and "w4 pf4 bs32" not in text
     assert "pin_memory=True skipped" in text  # the notes that qualify the recommendation stay
+
+
+def test_filters_from_command_line_text():
+    from loadtune.plan import PlanError
+    from loadtune.view import filters_from
+
+    f = filters_from("32,64", "2", False, "ok,failed")
+    assert f == Filters(frozenset({32, 64}), frozenset({2}), False, frozenset({"ok", "failed"}))
+    assert not filters_from().any and f.any
+    with pytest.raises(PlanError, match="--workers"):
+        filters_from(workers="two")
