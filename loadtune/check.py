@@ -78,15 +78,16 @@ def check_baseline(baseline: ScanResult, spec: LoadedSpec) -> None:
         raise BaselineError("the baseline has no calibration figure (an older or interrupted scan); run loadtune scan again")
 
 
-def environment_changes(then: MachineInfo, now: MachineInfo) -> list[str]:
-    """Differences worth knowing when reading a ratio across machines."""
+def environment_changes(then: MachineInfo, now: MachineInfo, labels: tuple[str, str] = ("then", "now")) -> list[str]:
+    """Differences worth knowing when reading a ratio across machines (``labels`` name the two sides)."""
     out = []
+    x, y = labels
     for name in ("usable_cores", "torch", "python", "cpu_model"):
         a, b = getattr(then, name), getattr(now, name)
         if a != b:
-            out.append(f"{name}: {a} then, {b} now")
+            out.append(f"{name}: {a} {x}, {b} {y}")
     if [g.name for g in then.gpus] != [g.name for g in now.gpus]:
-        out.append(f"gpus: {[g.name for g in then.gpus] or 'none'} then, {[g.name for g in now.gpus] or 'none'} now")
+        out.append(f"gpus: {[g.name for g in then.gpus] or 'none'} {x}, {[g.name for g in now.gpus] or 'none'} {y}")
     return out
 
 

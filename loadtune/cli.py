@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Optional
@@ -17,13 +18,16 @@ from rich.console import Console
 from rich.text import Text
 
 from . import check as check_mod
+from . import plot as plot_mod
 from .check import BaselineError, explicit_config, parse_tolerance, run_check
+from .compare import compare, select_diffs
 from .plan import PlanError, parse_int_list
 from .project import ProjectError, project_defaults
-from .report import ProgressDisplay, print_check, print_report
+from .report import ProgressDisplay, print_check, print_comparison, print_recommendation, print_report
 from .results import ResultError, ScanResult, check_writable, write_atomic
 from .scan import OptionsError, ScanOptions, execute, prepare, resume_from
 from .spec import SpecError
+from .view import ViewError, filters_from, select
 
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
@@ -64,7 +68,29 @@ def missing(what: str, key: str):
     raise OptionsError(f"no {what} given: pass it, or set {key} = ... under [tool.loadtune] in pyproject.toml")
 
 
-USER_ERRORS = (SpecError, OptionsError, PlanError, ResultError, ProjectError, BaselineError)
+USER_ERRORS = (SpecError, OptionsError, PlanError, ResultError, ProjectError, BaselineError, ViewError, plot_mod.PlotError)
+FORMATS = ("table", "json")
+
+
+def output_format(text: str) -> str:
+    if text not in FORMATS:
+        raise OptionsError(f"--format: expected table or json, got {text!r}")
+    return text
+
+
+def write_json(data: dict) -> None:
+    """The whole of stdout under ``--format json``: one JSON document, for a pipe."""
+    sys.stdout.write(json.dumps(data, indent=1) + "\n")
+    sys.stdout.flush()
+
+
+def save_plot(result: ScanResult, path: Path, console: Console) -> None:
+    """Write the plot after a scan or a show; a failure is an error (exit 2), the result stays saved."""
+    try:
+        plot_mod.write_plot(result, path)
+    except (plot_mod.PlotError, OSError) as exc:
+        raise fail(f"{exc}" if isinstance(exc, plot_mod.PlotError) else f"--plot {path}: {exc.strerror or exc}") from None
+    console.print(f"Plot written to {path}", style="dim")
 
 
 def tolerance_value(text) -> float:
@@ -101,10 +127,18 @@ def scan(
     seed: Optional[int] = typer.Option(None, help="seed of the trial order and of shuffling (default: 0)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="where to save the full result, rewritten after every trial (default: loadtune.json)"),
     resume: bool = typer.Option(False, "--resume", help="continue the interrupted scan saved at --json, without re-running its finished trials"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress display"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the recommendation (with its notes and snippet); no table, no progress"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs loadtune[plot])"),
+    format_: str = typer.Option("table", "--format", help="table, or json: the whole result on stdout (for a pipe), nothing else there"),
 ) -> None:
     """Search DataLoader settings for a dataset, print a ranked table and a recommendation."""
-    console = Console()
+    try:
+        as_json = output_format(format_) == "json"
+        if plot is not None:
+            plot_mod.check_plot(plot)  # before any work: a wrong extension or no matplotlib costs no scan
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+    console = Console(stderr=as_json)  # under --format json, stdout holds the JSON alone
     try:
         overrides = dict(
             workers=int_list(workers, "--workers"),
@@ -144,6 +178,7 @@ def scan(
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None  # nothing measured yet: nothing to save
     result = plan.result
+    render = (lambda: None) if as_json else (lambda: (print_recommendation if quiet else print_report)(console, result))
     try:
         if quiet:
             result = execute(plan, json_path)
@@ -151,13 +186,19 @@ def scan(
             with ProgressDisplay(Console(stderr=True)) as display:
                 result = execute(plan, json_path, display)
     except KeyboardInterrupt:
-        print_report(console, result)
+        render()
+        if as_json:
+            write_json(result.to_dict())
         console.print(f"Interrupted: {len(result.trials)} finished trials saved to {json_path}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    print_report(console, result)
+    render()
+    if as_json:
+        write_json(result.to_dict())
     console.print(f"Saved to {json_path}", style="dim")
     if not result.ok_trials:
         raise fail("no trial could be measured; see the failures above", EXIT_NOTHING_MEASURED)
+    if plot is not None:
+        save_plot(result, plot, console)
 
 
 @app.command()
@@ -208,13 +249,50 @@ def check(
 
 
 @app.command()
-def show(result_path: Path = typer.Argument(..., metavar="RESULT", help="a saved scan, e.g. loadtune.json")) -> None:
-    """Render a saved scan again (table and recommendation) without measuring anything."""
+def show(
+    result_paths: list[Path] = typer.Argument(..., metavar="RESULT [OTHER]", help="a saved scan (e.g. loadtune.json); two: compare them config by config"),
+    top: Optional[int] = typer.Option(None, "--top", help="show the first N rows only"),
+    sort: str = typer.Option("rate", "--sort", help="order rows by rate, workers, memory or startup (two scans: rate, workers or ratio)"),
+    batch_size: Optional[str] = typer.Option(None, "--batch-size", help="only these batch sizes, e.g. 64 or 32,64"),
+    workers: Optional[str] = typer.Option(None, help="only these num_workers values, e.g. 2,4"),
+    pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="only configs with (without) pin_memory"),
+    status: Optional[str] = typer.Option(None, help="only rows of these statuses: ok, failed, skipped, excluded (comma-separated)"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs loadtune[plot])"),
+    format_: str = typer.Option("table", "--format", help="table, or json: the saved result (two scans: the comparison) on stdout"),
+) -> None:
+    """Render a saved scan again (table and recommendation) without measuring anything; given two, compare them."""
     try:
-        result = ScanResult.load(result_path)
-    except ResultError as exc:
+        as_json = output_format(format_) == "json"
+        if len(result_paths) > 2:
+            raise OptionsError(f"show takes one result, or two to compare; got {len(result_paths)}")
+        if plot is not None:
+            plot_mod.plot_format(plot)
+            if len(result_paths) == 2:
+                raise OptionsError("--plot draws one scan; run show --plot on each of the two")
+        filters = filters_from(batch_size, workers, pin, status)
+        if as_json and len(result_paths) == 1 and (filters.any or top is not None or sort != "rate"):
+            raise OptionsError("--format json writes the whole saved result; --top, --sort and the filters shape the table only")
+        results = [ScanResult.load(path) for path in result_paths]
+        if len(results) == 2:
+            cmp = compare(*results, a_name=str(result_paths[0]), b_name=str(result_paths[1]))
+            diffs = select_diffs(cmp.diffs, filters, sort, top)
+        else:
+            rows = select(results[0], filters, sort, top)
+    except USER_ERRORS as exc:
         raise fail(str(exc)) from None
-    print_report(Console(), result)
+    console = Console()
+    if len(results) == 2:
+        if as_json:
+            write_json(cmp.to_dict(diffs))
+        else:
+            print_comparison(console, cmp, diffs)
+        return
+    if as_json:
+        write_json(results[0].to_dict())
+    else:
+        print_report(console, results[0], rows)
+    if plot is not None:
+        save_plot(results[0], plot, Console(stderr=as_json))
 
 
 @app.command()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
 from rich.console import Console, Group
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.syntax import Syntax
@@ -15,8 +17,10 @@ from rich.text import Text
 from .copyrate import copy_notes
 from .plan import TrialConfig
 from .check import PASS, REGRESSION, CheckResult, summary_line
+from .compare import Comparison, ConfigDiff
 from .recommend import persistent_saving, snippet
 from .results import ConfigResult, ScanResult, Trial
+from .view import Row, config_status, rows as view_rows
 
 BAR_WIDTH = 10
 BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -39,18 +43,24 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> str:
     return ("█" * full + (BLOCKS[rest] if rest else "")).ljust(width)
 
 
+# Any status word gets a colour; one this table does not know yet is shown, in the default style.
+STATUS_STYLES = {"ok": "green", "failed": "bold red", "skipped": "yellow", "excluded": "magenta"}
+STATUS_DEFAULT_STYLE = "yellow"
+
+
+def status_cell(status: str, runs: int = 1) -> Text:
+    """``ok``, ``ok ×2`` (runs pooled), ``failed``, ``skipped``, ``excluded``, …, coloured."""
+    word = f"ok ×{runs}" if status == "ok" and runs > 1 else status
+    return Text(word, style=STATUS_STYLES.get(status, STATUS_DEFAULT_STYLE))
+
+
 def status_text(config: ConfigResult) -> Text:
-    runs = sum(1 for t in config.trials if t.ok)
-    if config.ok:
-        return Text("ok" if runs == 1 else f"ok ×{runs}", style="green")
-    return Text("failed", style="bold red")
+    return status_cell(config_status(config), sum(1 for t in config.trials if t.ok))
 
 
 def ranked(result: ScanResult) -> list[ConfigResult]:
     """Measured configs fastest first, then failed ones in run order."""
-    configs = result.configs
-    ok = sorted((c for c in configs if c.ok), key=lambda c: -c.estimate.median)
-    return ok + [c for c in configs if not c.ok]
+    return [row.config for row in view_rows(result) if row.config is not None]
 
 
 def short_bytes(n: int | None) -> str:
@@ -61,57 +71,92 @@ def short_bytes(n: int | None) -> str:
     return f"{mib:.0f}M" if mib < 1000 else f"{mib / 1024:.1f}G"
 
 
-def trial_table(result: ScanResult) -> Table:
-    """One row per trial, fastest first; fits 80 columns (the config column wraps, never the figures)."""
+# Columns a narrow terminal can lose, first dropped first; the rank, config, rate and status stay.
+SECONDARY_COLUMNS = ("bar", "start", "mem", "gbps", "wait")
+COLUMN_ORDER = ("bar", "start", "mem", "wait", "gbps")  # wait and GB/s only when a step ran / batches went to a GPU
+COLUMN_HEADERS = {"start": "start", "mem": "mem", "wait": "wait", "gbps": "GB/s"}
+CAPTION_PARTS = {
+    "star": "★ recommended",
+    "default": "default: PyTorch's defaults",
+    "spread": "±: 95% interval of the median",
+    "start": "start: time to first batch",
+    "mem": "mem: PSS of main process + workers",
+    "runs": "×N: runs pooled",
+}
+
+
+def trial_table(result: ScanResult, rows: list[Row] | None = None, width: int | None = None) -> Table:
+    """One row per config (default: all, fastest first). Given a ``width``, secondary columns are
+    dropped (bar, start, mem, GB/s, wait, in that order) until every config label fits unwrapped; only the config
+    column ever wraps, never a figure."""
+    rows = view_rows(result) if rows is None else rows
+    dropped: list[str] = []
+    table = build_table(result, rows, dropped)
+    if width is None:
+        return table
+    console = Console(width=width)
+    unbounded = console.options.update_width(10_000)  # the natural width, not one clamped to ``width``
+    for column in SECONDARY_COLUMNS:
+        if Measurement.get(console, unbounded, table).maximum <= width:
+            break
+        dropped.append(column)
+        table = build_table(result, rows, dropped)
+    return table
+
+
+def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Table:
     rec = result.recommendation
-    top = max((t.estimate.median for t in result.configs if t.ok), default=0.0)
+    top = max((c.estimate.median for c in result.configs if c.ok), default=0.0)  # bars relative to the whole scan
     table = Table(title="DataLoader configs, fastest first", title_justify="left", header_style="bold", pad_edge=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("config", ratio=1, min_width=12)
     table.add_column("samples/s", justify="right", no_wrap=True)
-    table.add_column("", no_wrap=True, width=BAR_WIDTH)  # relative bar
-    table.add_column("start", justify="right", no_wrap=True)
-    table.add_column("mem", justify="right", no_wrap=True)
-    consumer = has_consumer(result)
-    copies = any(c.h2d_gbps is not None for c in result.configs)
-    if consumer:
-        table.add_column("wait", justify="right", no_wrap=True)
-    if copies:
-        table.add_column("GB/s", justify="right", no_wrap=True)
+    optional = {"wait": has_consumer(result), "gbps": any(c.h2d_gbps is not None for c in result.configs)}
+    shown = [c for c in COLUMN_ORDER if c not in dropped and optional.get(c, True)]
+    for name in shown:
+        if name == "bar":
+            table.add_column("", no_wrap=True, width=BAR_WIDTH)  # relative bar
+        else:
+            table.add_column(COLUMN_HEADERS[name], justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    for rank, trial in enumerate(ranked(result), 1):
-        extra = []
-        if consumer:
-            extra.append(f"{trial.wait_fraction:.0%}" if trial.wait_fraction is not None else "-")
-        if copies:
-            extra.append(f"{trial.h2d_gbps:.1f}" if trial.h2d_gbps is not None else "-")
-        est = trial.estimate
-        label = Text(trial.config.label())
-        if rec and trial.config == rec.config:
-            label.append(" ★", style="bold yellow")
-        if trial.config.is_pytorch_default:
-            label.append(" default", style="dim")
-        table.add_row(
-            str(rank) if est else "",
-            label,
-            spread_text(est) if est else "-",
-            bar(est.median / top) if est and top else "",
-            f"{trial.startup_s:.2f}s" if trial.startup_s is not None else "-",
-            short_bytes(trial.memory.peak_bytes if trial.memory else None),
-            *extra,
-            status_text(trial),
-        )
-    for skip in result.skipped:
-        table.add_row("", Text(skip.what, style="dim"), "-", "", "-", "-", *["-"] * (consumer + copies), Text("skipped", style="yellow"))
-    table.caption = "★ recommended · default: PyTorch's defaults · ±: 95% interval of the median · start: time to first batch · mem: PSS of main process + workers · ×N: runs pooled"
-    if consumer:
-        table.caption += " · wait: share of the time the step waited for data" + (
-            " (the GPU's compute stream idle between steps)" if result.settings.get("device", "cpu").startswith("cuda") else "")
-    if copies:
+    for row in rows:
+        cells = row_cells(row, rec, top)
+        table.add_row(*[cells[name] for name in ("rank", "config", "rate", *shown, "status")])
+    parts = [text for key, text in CAPTION_PARTS.items() if key not in dropped]
+    if "wait" in shown:
+        parts.append("wait: share of the time the step waited for data" + (
+            " (the GPU's compute stream idle between steps)" if result.settings.get("device", "cpu").startswith("cuda") else ""))
+    if "gbps" in shown:
         peak = f", pinned peak {result.h2d_peak_gbps:.1f}" if result.h2d_peak_gbps else ""
-        table.caption += f" · GB/s: batches copied to the GPU per second{peak}"
+        parts.append(f"GB/s: batches copied to the GPU per second{peak}")
+    table.caption = " · ".join(parts)
     table.caption_justify = "left"
     return table
+
+
+def row_cells(row: Row, rec, top: float) -> dict:
+    """Every cell a row can have, by column name."""
+    if row.config is None:  # a knob value that was never run
+        return {"rank": "", "config": Text(row.skip.what, style="dim"), "rate": "-", "bar": "", "start": "-",
+                "mem": "-", "wait": "-", "gbps": "-", "status": status_cell(row.status)}
+    trial = row.config
+    est = trial.estimate
+    label = Text(trial.config.label())
+    if rec and trial.config == rec.config:
+        label.append(" ★", style="bold yellow")
+    if trial.config.is_pytorch_default:
+        label.append(" default", style="dim")
+    return {
+        "rank": str(row.rank) if row.rank is not None else "",
+        "config": label,
+        "rate": spread_text(est) if est else "-",
+        "bar": bar(est.median / top) if est and top else "",
+        "start": f"{trial.startup_s:.2f}s" if trial.startup_s is not None else "-",
+        "mem": short_bytes(trial.memory.peak_bytes if trial.memory else None),
+        "wait": f"{trial.wait_fraction:.0%}" if trial.wait_fraction is not None else "-",
+        "gbps": gbps(trial.h2d_gbps),
+        "status": status_cell(row.status, sum(1 for t in trial.trials if t.ok)),
+    }
 
 
 def notes(result: ScanResult) -> list[Text]:
@@ -210,8 +255,18 @@ def recommendation_panel(result: ScanResult) -> Panel:
     return Panel(Group(lines, Syntax(code, "python", theme="ansi_dark", background_color="default")), title="Recommendation", border_style="green")
 
 
-def print_report(console: Console, result: ScanResult) -> None:
-    console.print(trial_table(result))
+def print_report(console: Console, result: ScanResult, rows: list[Row] | None = None) -> None:
+    """The table (``rows``: a selection from ``view.select``; default all), notes, recommendation."""
+    console.print(trial_table(result, rows, console.width))
+    total = len(view_rows(result))
+    if rows is not None and len(rows) < total:
+        console.print(f"showing {len(rows)} of {total} rows; ranks (#) and the recommendation are the whole scan's", style="dim")
+    print_recommendation(console, result)
+
+
+def print_recommendation(console: Console, result: ScanResult) -> None:
+    """The notes (failures, warnings, what was skipped) and the recommendation with its snippet:
+    all that ``--quiet`` prints."""
     for note in notes(result):
         console.print(note)
     console.print(recommendation_panel(result))
@@ -330,3 +385,93 @@ def print_doctor(console: Console, report: Any) -> None:
             console.print(copies)
         if gpu.error:
             console.print(Text(f"  copies could not be measured: {gpu.error}", style="red"))
+
+
+VERDICT_STYLES = {"faster": "bold green", "slower": "bold red", "within noise": "dim", "not measured": "yellow"}
+
+
+def times(value: float) -> str:
+    """A ratio readable at any size: 0.0041, 0.52, 12.40, 245."""
+    if not math.isfinite(value):
+        return "∞"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if value >= 0.1 or value == 0 else f"{value:.2g}"
+
+
+def ratio_text(r, folded: bool = False) -> str:
+    """``0.52× (0.50–0.55)``: b/a with its interval; folded onto two lines for a narrow table."""
+    if folded:
+        return f"{times(r.value)}×\n{times(r.low)}–{times(r.high)}"
+    return f"{times(r.value)}× ({times(r.low)}–{times(r.high)})"
+
+
+def comparison_table(cmp: Comparison, diffs: list[ConfigDiff], width: int | None = None) -> Table:
+    """A's and B's figure per config, the ratio B/A with its interval, and the verdict. Given a
+    ``width`` too narrow for one line per row, the interval folds under the ratio, then each
+    figure's ``±`` under its median; only then does the config column wrap."""
+    table = build_comparison_table(cmp, diffs, fold=0)
+    if width is not None:
+        console = Console(width=width)
+        unbounded = console.options.update_width(10_000)
+        for fold in (1, 2):
+            if Measurement.get(console, unbounded, table).maximum <= width:
+                break
+            table = build_comparison_table(cmp, diffs, fold)
+    return table
+
+
+def build_comparison_table(cmp: Comparison, diffs: list[ConfigDiff], fold: int) -> Table:
+    table = Table(title="Config by config: B against A", title_justify="left", header_style="bold", pad_edge=False)
+    unit = "\nsamples/s" if fold >= 2 else " samples/s"
+    table.add_column("config", ratio=1, min_width=12)
+    table.add_column("A" + unit, justify="right", no_wrap=True)
+    table.add_column("B" + unit, justify="right", no_wrap=True)
+    table.add_column("B/A", justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for d in diffs:
+        label = Text(d.config.label())
+        for pick, mark in ((cmp.a_pick, " ★A"), (cmp.b_pick, " ★B")):
+            if pick == d.config:
+                label.append(mark, style="bold yellow")
+        table.add_row(
+            label,
+            side_text(d.a, d.a_status, fold >= 2),
+            side_text(d.b, d.b_status, fold >= 2),
+            ratio_text(d.ratio, fold >= 1) if d.ratio else "-",
+            Text(d.verdict, style=VERDICT_STYLES.get(d.verdict, "yellow")),
+        )
+    table.caption = ("★A, ★B: each scan's recommendation · ±: 95% interval of the median · B/A: ratio with its interval · "
+                     f"within noise: the intervals overlap or the medians are within {cmp.noise_floor:.0%}")
+    table.caption_justify = "left"
+    return table
+
+
+def side_text(est, status: str | None, folded: bool = False) -> Text:
+    if est is not None:
+        return Text(spread_text(est).replace(" ", "\n") if folded else spread_text(est))
+    if status is None:
+        return Text("-", style="dim")
+    return status_cell(status)
+
+
+def print_comparison(console: Console, cmp: Comparison, diffs: list[ConfigDiff]) -> None:
+    """Which files, what differs around the numbers, the table, and the two recommendations."""
+    console.print(Text.assemble(("A: ", "bold"), cmp.a_name, "   ", ("B: ", "bold"), cmp.b_name), soft_wrap=True)
+    for line in cmp.dataset:
+        console.print(Text(f"• dataset: {line}", style="yellow"))
+    for line in cmp.settings:
+        console.print(Text(f"• {line}", style="yellow"))
+    if cmp.calibration is not None:
+        console.print(Text(f"• loadtune's calibration workload ran {ratio_text(cmp.calibration)} as fast in B as in A "
+                           "(how the machines or their load differ)", style="cyan"))
+    if diffs:
+        console.print(comparison_table(cmp, diffs, console.width))
+    else:
+        console.print("No config to show (none in common, or the filters left none).", style="yellow")
+    if not any(d.a_status and d.b_status for d in cmp.diffs):
+        console.print(Text("• the two scans have no config in common", style="yellow"))
+    counts = cmp.counts()
+    console.print(", ".join(f"{n} {verdict}" for verdict, n in counts.items()), style="dim")
+    for side, pick in (("A", cmp.a_pick), ("B", cmp.b_pick)):
+        console.print(Text.assemble((f"{side} recommends ", "bold"), pick.label() if pick else "nothing (no config measured)"))

@@ -25,7 +25,7 @@ def run_cli(*args, cwd=None, timeout=240):
 
 def test_scan_end_to_end_table_snippet_and_json(tmp_path):
     out = tmp_path / "result.json"
-    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--json", out, "-q", *QUICK)
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--json", out, *QUICK)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     text = proc.stdout
@@ -184,3 +184,76 @@ def test_ctrl_c_prints_and_saves_the_finished_trials(tmp_path):
     assert data["state"] == "interrupted"
     assert 1 <= len(data["trials"]) < 9
     assert all(t["status"] == "ok" for t in data["trials"])  # the trial cut short is not saved as a result
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def show(*args):
+    """``loadtune show`` in this process (it measures nothing, so no isolation is needed)."""
+    from typer.testing import CliRunner
+
+    from loadtune.cli import app
+
+    return CliRunner().invoke(app, ["show", *map(str, args)], env={"COLUMNS": "100"})
+
+
+def test_show_renders_a_saved_scan_with_filters_sort_and_top():
+    saved = FIXTURES / "tiny_scan.json"  # a real grid scan of tiny.py: nothing is measured here
+    full = show(saved)
+    assert full.exit_code == 0, full.stderr
+    assert all(label in full.stdout for label in ("w0 bs32", "w1 pf2 bs32", "w4 pf4 bs32", "pin_memory=True"))
+    assert "loader = DataLoader(" in full.stdout
+
+    picked = show(saved, "--workers", "2,4", "--status", "ok", "--sort", "workers", "--top", "3")
+    assert picked.exit_code == 0, picked.stderr
+    table = picked.stdout.split("showing")[0]
+    rows = [line for line in table.splitlines() if line.startswith("│")]
+    assert [row.split("│")[2].split()[0] for row in rows] == ["w2", "w2", "w4"]
+    assert "pin_memory=True" not in table  # --status ok: the skipped row is left out
+    assert "showing 3 of 8 rows" in picked.stdout and "loader = DataLoader(" in picked.stdout
+
+    as_json = show(saved, "--format", "json")
+    # the saved record through the data model: today's schema (fields added since are filled in), nothing lost
+    assert as_json.exit_code == 0 and json.loads(as_json.stdout) == json.loads(json.dumps(ScanResult.load(saved).to_dict()))
+
+    for bad in (["--sort", "speed"], ["--status", "broken"], ["--top", "0"], ["--workers", "two"], ["--format", "json", "--top", "2"]):
+        proc = show(saved, *bad)
+        assert proc.exit_code == 2 and "error:" in proc.stderr and isinstance(proc.exception, SystemExit), bad
+
+
+def test_show_two_scans_compares_them(tmp_path):
+    before, after = FIXTURES / "slowable_before.json", FIXTURES / "slowable_after.json"
+    proc = show(before, after)
+    assert proc.exit_code == 0, proc.stderr
+    text = proc.stdout
+    assert "w0 bs16" in text and "slower" in text and "only in B" in text and "B recommends" in text
+
+    data = json.loads(show(before, after, "--format", "json", "--workers", "0").stdout)
+    assert data["schema"] == "loadtune/compare" and [c["label"] for c in data["configs"]] == ["w0 bs16"]
+    assert data["configs"][0]["verdict"] == "slower" and data["configs"][0]["ratio"]["high"] < 1
+
+    foreign = tmp_path / "other.json"
+    foreign.write_text('{"schema": "something/else"}')
+    corrupt = tmp_path / "cut.json"
+    corrupt.write_text(before.read_text()[:500])
+    for args, needle in (([before, foreign], "not a loadtune scan result"), ([corrupt, after], "not valid JSON"),
+                         ([before, tmp_path / "absent.json"], "cannot read"), ([before, after, after], "one result, or two")):
+        proc = show(*args)
+        assert proc.exit_code == 2 and needle in proc.stderr and isinstance(proc.exception, SystemExit), args
+
+
+def test_scan_format_json_writes_only_the_result_to_stdout(tmp_path):
+    out = tmp_path / "r.json"
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0", "--json", out, "--format", "json", *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)  # all of stdout is the one JSON document
+    assert data == json.loads(out.read_text()) and data["state"] == "complete"
+    assert "Saved to" in proc.stderr and "Recommendation" not in proc.stdout
+
+
+def test_scan_quiet_prints_only_the_recommendation(tmp_path):
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0", "--json", tmp_path / "r.json", "--quiet", *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    assert "Recommendation" in proc.stdout and "loader = DataLoader(" in proc.stdout and "num_workers=0" in proc.stdout
+    assert "fastest first" not in proc.stdout and "samples/s ┃" not in proc.stdout  # no table

@@ -1,0 +1,161 @@
+"""``show``'s selection of rows (pure) and the table at terminal widths, on a saved real scan."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from loadtune.plan import Skip
+from loadtune.recommend import recommend
+from loadtune.report import STATUS_STYLES, print_recommendation, print_report, spread_text, status_cell, trial_table
+from loadtune.results import ScanResult, Trial, TrialError
+from loadtune.view import Filters, ViewError, key_knobs, parse_statuses, rows, select
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def result():
+    """A real grid scan of tests/specs/tiny.py: w0, w1, w2, w4 x prefetch 2, 4 at batch size 32."""
+    return ScanResult.load(FIXTURES / "tiny_scan.json")
+
+
+def labels(selected):
+    return [r.config.config.label() if r.config else r.skip.what for r in selected]
+
+
+def test_default_rows_are_fastest_first_then_skipped(result):
+    everything = rows(result)
+    measured = [r for r in everything if r.rank is not None]
+    medians = [r.config.estimate.median for r in measured]
+    assert medians == sorted(medians, reverse=True) and len(measured) == 7
+    assert [r.rank for r in measured] == list(range(1, 8))
+    assert everything[-1].status == "skipped" and everything[-1].skip.what == "pin_memory=True"
+
+
+def test_filters_by_knobs_keep_scan_wide_notes(result):
+    two = select(result, Filters(workers=frozenset({2})))
+    assert sorted(labels(two)) == ["pin_memory=True", "w2 pf2 bs32", "w2 pf4 bs32"]
+    medians = [r.config.estimate.median for r in two if r.config]
+    assert medians == sorted(medians, reverse=True) and two[-1].skip is not None
+    assert select(result, Filters(batch_size=frozenset({64}))) == [rows(result)[-1]]  # nothing at 64; the note stays
+    assert all(not r.config.config.pin_memory for r in select(result, Filters(pin=False)) if r.config)
+    assert [r for r in select(result, Filters(pin=True)) if r.config] == []
+
+
+def test_status_filter_and_ranks_stay_the_whole_scans(result):
+    ok = select(result, Filters(status=frozenset({"ok"})))
+    assert len(ok) == 7 and all(r.status == "ok" for r in ok)
+    assert [r.status for r in select(result, Filters(status=parse_statuses("skipped")))] == ["skipped"]
+    third = select(result, Filters(workers=frozenset({1})))[0]
+    assert third.rank == next(r.rank for r in rows(result) if r.config and r.config.config == third.config.config)
+
+
+@pytest.mark.parametrize("sort, key", [
+    ("rate", lambda r: -r.config.estimate.median),
+    ("workers", lambda r: (r.config.config.num_workers, -r.config.estimate.median)),
+    ("memory", lambda r: r.config.memory.peak_bytes),
+    ("startup", lambda r: r.config.startup_s),
+])
+def test_sort_orders_measured_rows_and_keeps_the_rest_after(result, sort, key):
+    out = select(result, sort=sort)
+    measured = [r for r in out if r.rank is not None]
+    assert [key(r) for r in measured] == sorted(key(r) for r in measured)
+    assert out[len(measured):] == [r for r in rows(result) if r.rank is None]
+
+
+def test_top_cuts_after_sorting(result):
+    assert [r.config.config.num_workers for r in select(result, sort="workers", top=3)] == [0, 1, 1]
+    assert len(select(result, top=100)) == 8
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda r: select(r, sort="speed"), "--sort"),
+    (lambda r: select(r, top=0), "--top"),
+    (lambda r: parse_statuses("ok,broken"), "--status"),
+    (lambda r: parse_statuses(","), "--status"),
+])
+def test_bad_values_are_refused_naming_the_flag(result, call, needle):
+    with pytest.raises(ViewError, match=needle):
+        call(result)
+
+
+def test_failed_excluded_and_skipped_rows_get_their_status(result):
+    failed = Trial(replace(result.trials[0].config, num_workers=8, prefetch_factor=2), "failed",
+                   error=TrialError("exception", "the dataset raised"))
+    excluded = Trial(replace(result.trials[0].config, num_workers=16, prefetch_factor=2), "excluded")
+    result.trials += [failed, excluded]
+    result.skipped.append(Skip("w32 pf2 bs32", "CUDA out of memory at batch size 32", "bs=32,w=32,pin=0,pf=2,pw=0,tx=none"))
+    statuses = {r.status for r in rows(result)}
+    assert statuses == {"ok", "failed", "excluded", "skipped"}
+    assert [r.status for r in select(result, Filters(status=frozenset({"failed", "excluded"})))] == ["failed", "excluded"]
+    assert labels(select(result, Filters(workers=frozenset({32})))) == ["pin_memory=True", "w32 pf2 bs32"]  # by its key
+    assert key_knobs("bs=32,w=32,pin=1,pf=2,pw=0,tx=none") == {"batch_size": 32, "num_workers": 32, "pin_memory": True}
+    assert key_knobs("not a key") is None
+    for status in ("ok", "failed", "skipped", "excluded"):
+        assert status_cell(status).style == STATUS_STYLES[status]
+    assert status_cell("something new").plain == "something new"  # a status from a later stage still shows
+    assert status_cell("ok", runs=3).plain == "ok ×3"
+
+
+def render(renderable_or_fn, width):
+    console = Console(width=width, record=True, color_system=None)
+    if callable(renderable_or_fn):
+        renderable_or_fn(console)
+    else:
+        console.print(renderable_or_fn)
+    return console.export_text()
+
+
+def assert_fits_with_cells_intact(text, result, width):
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    for config in result.configs:
+        if config.ok:  # label and figure on one line: nothing wrapped or cut
+            assert any(config.config.label() in line and spread_text(config.estimate) in line for line in lines), config.config.label()
+
+
+def test_full_report_fits_80_columns(result):
+    text = render(lambda console: print_report(console, result), 80)
+    assert_fits_with_cells_intact(text, result, 80)
+    assert "█" in text and "start" in text and "mem" in text  # at 80 nothing needs dropping for these labels
+    assert "loader = DataLoader(" in text
+
+
+def test_narrow_terminal_drops_secondary_columns_first(result):
+    at_60 = render(trial_table(result, width=60), 60)
+    assert_fits_with_cells_intact(at_60, result, 60)
+    assert "█" not in at_60 and "start" not in at_60  # the bar went first, then start-up
+    at_50 = render(trial_table(result, width=50), 50)
+    assert_fits_with_cells_intact(at_50, result, 50)
+    assert " mem " not in at_50 and "PSS" not in at_50 and "status" in at_50
+
+
+def test_long_gpu_style_labels_fit_80_columns(result):
+    """The same measured figures under the longest labels a GPU scan produces."""
+    gpu = {c.key: replace(c, pin_memory=True, transfer="non_blocking", persistent_workers=True, start_method="forkserver")
+           for c in {t.config for t in result.trials if t.config.num_workers}}
+    result.trials = [replace(t, config=gpu.get(t.config.key, t.config)) for t in result.trials]
+    result.recommendation = recommend(result.trials)
+    text = render(lambda console: print_report(console, result), 80)
+    assert "w4 pf2 pin persist non-blocking forkserver bs32" in text
+    assert_fits_with_cells_intact(text, result, 80)
+
+
+def test_quiet_output_is_the_recommendation_without_the_table(result):
+    text = render(lambda console: print_recommendation(console, result), 80)
+    assert "Recommendation" in text and "loader = DataLoader(" in text and "num_workers=0" in text
+    assert "fastest first" not in text and "w4 pf4 bs32" not in text
+    assert "pin_memory=True skipped" in text  # the notes that qualify the recommendation stay
+
+
+def test_filters_from_command_line_text():
+    from loadtune.plan import PlanError
+    from loadtune.view import filters_from
+
+    f = filters_from("32,64", "2", False, "ok,failed")
+    assert f == Filters(frozenset({32, 64}), frozenset({2}), False, frozenset({"ok", "failed"}))
+    assert not filters_from().any and f.any
+    with pytest.raises(PlanError, match="--workers"):
+        filters_from(workers="two")
