@@ -61,6 +61,25 @@ ALIGN_EPOCHS_UP_TO = 4  # epochs up to this many block lengths are measured whol
 RESTART_SHARE = 0.02  # ...and longer ones too when restarting the workers costs this share of an epoch
 
 
+@dataclass(frozen=True)
+class Shard:
+    """This process is one rank of several: it loads its share of the dataset, and its timed window
+    is aligned with the other ranks' by barriers (before start-up, after warm-up, after the window),
+    never inside a timed block. The window has a fixed length so that every rank measures the same
+    stretch of time, under the contention of all the others."""
+
+    rank: int  # global rank: which shard
+    world: int  # ranks over all nodes: how many shards
+    barrier: Callable[[str], None]  # waits for every rank of this node's trial; the name says which
+    window_s: float
+
+    def sampler(self, dataset: Any, options: "LoaderOptions"):
+        """The sampler training uses under DDP: DistributedSampler with its defaults (padding to equal shards)."""
+        from torch.utils.data.distributed import DistributedSampler
+
+        return DistributedSampler(dataset, num_replicas=self.world, rank=self.rank, shuffle=options.shuffle, seed=options.seed)
+
+
 class TrialFailure(Exception):
     """The loader could not be measured for a reason that is not an exception of the dataset's."""
 
@@ -69,8 +88,11 @@ class ConsumerError(Exception):
     """Moving a batch to the device or the spec's ``step`` raised: not the dataset's fault."""
 
 
-def make_loader(spec: LoadedSpec, config: TrialConfig, options: LoaderOptions) -> DataLoader:
+def make_loader(spec: LoadedSpec, config: TrialConfig, options: LoaderOptions, shard: Shard | None = None) -> DataLoader:
     shuffle = options.shuffle and not spec.iterable
+    if shard is not None and not spec.iterable:  # the sampler shuffles; an IterableDataset shards itself by rank
+        return DataLoader(spec.dataset, sampler=shard.sampler(spec.dataset, options), drop_last=options.drop_last,
+                          collate_fn=spec.collate_fn, **config.loader_kwargs())
     generator = torch.Generator().manual_seed(options.seed) if shuffle else None
     return DataLoader(
         spec.dataset,
@@ -113,11 +135,11 @@ class SampleCounter:
     """Samples per batch. For map-style datasets it is exact from the epoch position (the last batch
     is short unless ``drop_last``); otherwise it is read off the batch, ``batch_size`` as fallback."""
 
-    def __init__(self, spec: LoadedSpec, config: TrialConfig, drop_last: bool):
+    def __init__(self, spec: LoadedSpec, config: TrialConfig, drop_last: bool, length: int | None = None):
         self.batch_size = config.batch_size
         self.position = 0
         self.per_epoch = None
-        n = None if spec.iterable else spec.length
+        n = None if spec.iterable else length if length is not None else spec.length  # a rank: its shard
         if n is not None:
             full, rest = divmod(n, config.batch_size)
             self.per_epoch = full if drop_last or rest == 0 else full + 1
@@ -216,19 +238,25 @@ def measure(
     options: LoaderOptions,
     emit: Callable[[str, Any], None],
     measured: Callable[[], None] = lambda: None,
+    shard: Shard | None = None,
 ) -> None:
     """Run one trial in this process, reporting ``("startup", s)``, ``("warmup", Block)``,
     ``("block", Block)`` through ``emit`` as they happen, so a crash later loses none of them.
-    ``measured`` is called after the last block, with the loader and its workers still alive."""
+    ``measured`` is called after the last block, with the loader and its workers still alive.
+    With a ``shard`` this process is one rank of several, measuring over the window they share."""
     deadline = time.perf_counter() + timing.max_s
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.zeros(1, device=device)  # create the context now, not inside the first timed copy
         torch.cuda.synchronize(device)
-    loader = make_loader(spec, config, options)
+    loader = make_loader(spec, config, options, shard)
+    shard_length = len(loader.sampler) if shard is not None and not spec.iterable else None
     meter = Meter(loader, make_consumer(spec, config, device), device_sync(device),
-                  SampleCounter(spec, config, options.drop_last), ALIGN_EPOCHS_UP_TO * timing.block_s,
+                  SampleCounter(spec, config, options.drop_last, shard_length), ALIGN_EPOCHS_UP_TO * timing.block_s,
                   restarts=config.num_workers > 0 and not config.persistent_workers)
+    if shard is not None:
+        shard.barrier("start")  # every rank starts its workers at once, as training does
+        deadline = time.perf_counter() + timing.max_s
     emit("startup", meter.startup())
     warm_batches = config.num_workers * (config.prefetch_factor or DEFAULT_PREFETCH) + 1
     consume, detector = meter.consume, None
@@ -243,10 +271,18 @@ def measure(
     # many workers deliver in bursts: a block spans at least two batches per worker, so its rate is
     # not just the luck of which burst fell inside it
     block_batches = max(1, 2 * config.num_workers)
-    while not timing.enough(rates) and time.perf_counter() < deadline:
+    enough = timing.enough
+    if shard is not None:  # every rank measures the same window, whatever its own spread
+        shard.barrier("warmup")
+        meter.mark = time.perf_counter()  # the window starts now on every rank; the wait is not timed
+        deadline = min(deadline, meter.mark + shard.window_s)
+        enough = lambda rates: False  # noqa: E731
+    while not enough(rates) and time.perf_counter() < deadline:
         block = meter.phase(timing.block_s, block_batches, deadline)
         if block.batches:
             rates.append(block.rate)
             emit("block", block)
+    if shard is not None:
+        shard.barrier("window")
     measured()
     del meter, loader  # shut workers down inside the trial, not in the interpreter's exit
