@@ -19,15 +19,16 @@ def record(i: int) -> None:
 
 
 class Recorded(Dataset):
-    def __init__(self, fail_rank=None, fail_at=None, kill=False):
-        self.fail_rank, self.fail_at, self.kill = fail_rank, fail_at, kill
+    def __init__(self, fail_rank=None, fail_at=None, kill=False, only_in_workers=False):
+        self.fail_rank, self.fail_at, self.kill, self.only_in_workers = fail_rank, fail_at, kill, only_in_workers
 
     def __len__(self):
         return N
 
     def __getitem__(self, i):
         record(i)
-        if os.environ.get("RANK") == str(self.fail_rank) and i == self.fail_at:
+        failing = not self.only_in_workers or get_worker_info() is not None
+        if failing and os.environ.get("RANK") == str(self.fail_rank) and i == self.fail_at:
             if self.kill:
                 os.kill(os.getpid(), signal.SIGKILL)
             raise ValueError(f"bad record {i} on this rank")
@@ -57,6 +58,10 @@ def failing_rank1():
 
 def killed_rank1():
     return Recorded(fail_rank=1, fail_at=7, kill=True)
+
+
+def failing_rank1_in_workers():
+    return Recorded(fail_rank=1, fail_at=7, only_in_workers=True)
 
 
 def stream():
