@@ -20,6 +20,7 @@ from .machine import MachineInfo, collect
 from .measure import LoaderOptions, Timing
 from .plan import TrialConfig, transfer_for
 from .results import ScanResult, Trial
+from .distributed import setup_for
 from .runner import TrialRequest, run_trial
 from .spec import LoadedSpec, load_spec
 from .stats import Estimate, estimate
@@ -140,13 +141,15 @@ def run_check(
     loader = LoaderOptions(shuffle=opts["shuffle"], drop_last=opts["drop_last"], seed=opts["seed"])
     machine = collect()
     device = baseline.settings["device"] if machine.has_accelerator or baseline.settings["device"] == "cpu" else "cpu"
-    request = lambda c, dev: TrialRequest(c, dev, timing, loader, opts["timeout"], machine.start_method)  # noqa: E731
+    ranks = setup_for(opts.get("nproc_per_node", 1), opts.get("nnodes", 1), opts.get("node_rank", 0), device,
+                      opts["blocks"] * opts["block_time"], spec.ref)  # a baseline of several ranks is checked on as many
+    request = lambda c, dev, r=None: TrialRequest(c, dev, timing, loader, opts["timeout"], machine.start_method, r)  # noqa: E731
     default = TrialConfig(config.batch_size, 0, transfer=transfer_for(False, device.startswith("cuda")))
     trials, pairs, defaults = [], [], []
     for _ in range(rounds):
         cal = run_trial(calibration.REF, request(calibration.CONFIG, "cpu"))
-        mine = run_trial(spec.ref, request(config, device))
-        base = run_trial(spec.ref, request(default, device)) if default != config else None
+        mine = run_trial(spec.ref, request(config, device, ranks))
+        base = run_trial(spec.ref, request(default, device, ranks)) if default != config else None
         trials += [t for t in (cal, mine, base) if t is not None]
         pairs.append((mine.estimate.median if mine.ok else None, cal.estimate.median if cal.ok else None))
         if base is not None and base.ok:

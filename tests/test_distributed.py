@@ -218,8 +218,8 @@ def test_nodes_meet_at_the_endpoint_and_node_0_gets_every_summary():
     assert node_json_path(Path("loadtune.json"), 1, 0) == Path("loadtune.json")
 
 
-def test_torchrun_runs_the_scan_once_with_its_ranks_per_node(ranked, tmp_path):
-    out = tmp_path / "run.json"
+def test_torchrun_runs_the_scan_once_with_its_ranks_and_check_measures_its_baseline_on_as_many(ranked, tmp_path):
+    out, summary = tmp_path / "run.json", tmp_path / "check.json"
     env = {**os.environ, "COLUMNS": "120", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
@@ -233,3 +233,9 @@ def test_torchrun_runs_the_scan_once_with_its_ranks_per_node(ranked, tmp_path):
     data = json.loads(out.read_text())
     assert data["settings"]["options"]["nproc_per_node"] == 2
     assert [len(t["ranks"]) for t in data["trials"]] == [2]
+
+    check = subprocess.run([sys.executable, "-m", "loadtune", "check", ranked / "ranked.py", "--baseline", out, "--rounds", "1",
+                            "--tolerance", "90%", "--json", summary], capture_output=True, text=True, env=env, timeout=240)
+    assert check.returncode in (0, 1), check.stderr[-3000:]  # measured and judged (speed is not asserted here)
+    measured = [t for t in json.loads(summary.read_text())["trials"] if t["ranks"]]
+    assert measured and all(len(t["ranks"]) == 2 for t in measured)  # the baseline's 2 ranks, not one loader
