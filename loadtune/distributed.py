@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from multiprocessing.connection import wait
@@ -126,7 +127,7 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
-def rank_main(source: SpecRef | LoadedSpec, request, conns: list) -> None:
+def rank_main(source: SpecRef | LoadedSpec, request, conns: list, launched: float) -> None:
     """One rank, started by the elastic agent: its shard, its loader, the shared window, figures to the agent."""
     import torch
     import torch.distributed as dist
@@ -146,7 +147,8 @@ def rank_main(source: SpecRef | LoadedSpec, request, conns: list) -> None:
     try:
         torch.set_num_threads(setup.threads)
         device = torch.device(f"cuda:{local_rank}") if request.device.startswith("cuda") else torch.device("cpu")
-        timeout = timedelta(seconds=max(10.0, request.timing.max_s))
+        # a barrier gives up on a rank that hangs well before the runner's hard limit, so the message names it
+        timeout = timedelta(seconds=max(10.0, 0.5 * (request.timing.max_s - (time.time() - launched))))
         if device.type == "cuda":
             dist.init_process_group(setup.backend, timeout=timeout, device_id=device)
         else:
@@ -155,6 +157,8 @@ def rank_main(source: SpecRef | LoadedSpec, request, conns: list) -> None:
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(setup.world_size), GROUP_RANK=str(setup.node_rank),
                           GROUP_WORLD_SIZE=str(setup.nnodes))
         spec = load_spec(source) if isinstance(source, SpecRef) else source
+        # the soft limit counts from the launch, as the runner's hard one does: rendezvous and start-up use it up too
+        timing = replace(request.timing, max_s=request.timing.max_s - (time.time() - launched))
 
         def barrier(name: str) -> None:
             emit("barrier", name)
@@ -170,7 +174,7 @@ def rank_main(source: SpecRef | LoadedSpec, request, conns: list) -> None:
                 conn.recv()
 
         shard = Shard(rank, setup.world_size, barrier, setup.window_s)
-        measure(spec, request.config, device, request.timing, request.options, emit, measured, shard)
+        measure(spec, request.config, device, timing, request.options, emit, measured, shard)
         emit("done", None)
     except BaseException as exc:
         from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -324,7 +328,7 @@ def run_ranks(source: SpecRef | LoadedSpec, spec: LoadedSpec, request, conn, fil
     target = spec if setup.start_method == "fork" else source  # forked ranks inherit the loaded spec
     failures: dict = {}
     try:
-        elastic_launch(launch_config(setup, files), rank_main)(target, request, [b for _, b in pairs])
+        elastic_launch(launch_config(setup, files), rank_main)(target, request, [b for _, b in pairs], time.time())
     except ChildFailedError as exc:
         failures = exc.failures
     finally:

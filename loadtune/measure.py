@@ -256,7 +256,6 @@ def measure(
                   restarts=config.num_workers > 0 and not config.persistent_workers)
     if shard is not None:
         shard.barrier("start")  # every rank starts its workers at once, as training does
-        deadline = time.perf_counter() + timing.max_s
     emit("startup", meter.startup())
     warm_batches = config.num_workers * (config.prefetch_factor or DEFAULT_PREFETCH) + 1
     consume, detector = meter.consume, None

@@ -62,7 +62,7 @@ def live_group_members(pgid):
 
 
 def test_two_ranks_measure_disjoint_shards_that_cover_the_dataset(ranked):
-    trial = run_ranks_trial(ranked, "dataset", TrialConfig(batch_size=8, num_workers=1, prefetch_factor=2))
+    trial = run_ranks_trial(ranked, "dataset", TrialConfig(batch_size=8, num_workers=1, prefetch_factor=2, persistent_workers=True))
     assert trial.status == "ok", trial.error
     assert [r.rank for r in trial.ranks] == [0, 1]  # figures from both ranks
     for rank in trial.ranks:
@@ -104,6 +104,18 @@ def test_a_rank_killed_by_a_signal_is_named(ranked):
     assert trial.status == "failed"
     assert trial.error.rank == 1 and trial.error.kind == "killed"
     assert "rank 1" in trial.error.message and "SIGKILL" in trial.error.message
+
+
+def test_a_rank_that_hangs_is_named_and_no_rank_waits_past_the_timeout(ranked):
+    pids: list[int] = []
+    request = TrialRequest(TrialConfig(batch_size=8, num_workers=0), "cpu", Timing(0.1, 0.1, 3, max_s=19), LoaderOptions(shuffle=False),
+                           24.0, "fork", TWO)
+    trial = run_trial(SpecRef.parse(f"{ranked / 'ranked.py'}:hanging_rank1"), request,
+                      lambda kind, payload: pids.append(payload) if kind == "process" else None)
+    assert trial.status == "failed" and trial.error.kind == "peer" and trial.error.rank == 1, trial.error
+    assert "rank 1 never reached the warmup barrier" in trial.error.message  # it hung in its warm-up; rank 0 gave up
+    assert trial.wall_s < 24  # the barrier's timeout, not the runner's kill, ended it
+    assert not live_group_members(pids[0])
 
 
 def test_scan_with_ranks_searches_per_rank_and_goes_on_after_a_failing_config(ranked, tmp_path):

@@ -3,6 +3,7 @@ file into a temporary folder first), and can fail on one rank only: raise, or be
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import torch
@@ -19,8 +20,9 @@ def record(i: int) -> None:
 
 
 class Recorded(Dataset):
-    def __init__(self, fail_rank=None, fail_at=None, kill=False, only_in_workers=False):
+    def __init__(self, fail_rank=None, fail_at=None, kill=False, only_in_workers=False, hang=False):
         self.fail_rank, self.fail_at, self.kill, self.only_in_workers = fail_rank, fail_at, kill, only_in_workers
+        self.hang = hang
 
     def __len__(self):
         return N
@@ -31,6 +33,8 @@ class Recorded(Dataset):
         if failing and os.environ.get("RANK") == str(self.fail_rank) and i == self.fail_at:
             if self.kill:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if self.hang:
+                time.sleep(3600)
             raise ValueError(f"bad record {i} on this rank")
         x = torch.full((16, 16), float(i))
         return (x @ x).sum()
@@ -62,6 +66,10 @@ def killed_rank1():
 
 def failing_rank1_in_workers():
     return Recorded(fail_rank=1, fail_at=7, only_in_workers=True)
+
+
+def hanging_rank1():
+    return Recorded(fail_rank=1, fail_at=7, hang=True)
 
 
 def stream():
