@@ -235,6 +235,7 @@ def test_torchrun_runs_the_scan_once_with_its_ranks_and_check_measures_its_basel
     env = {**os.environ, "COLUMNS": "120", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+         "--log-dir", tmp_path / "torchrun",  # torchrun's own files: not left in /tmp
          "--rdzv-endpoint", f"127.0.0.1:{distributed.free_port()}", "-m", "loadtune", "scan", ranked / "ranked.py",
          "--workers", "0", "--batch-size", "8", "--no-shuffle", "--warmup", "0.1", "--block-time", "0.1", "--blocks", "3",
          "--timeout", "40", "--confirm", "0", "--json", out, "-q"],
