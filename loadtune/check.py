@@ -20,6 +20,7 @@ from .machine import MachineInfo, collect
 from .measure import LoaderOptions, Timing
 from .plan import TrialConfig, transfer_for
 from .results import ScanResult, Trial
+from .distributed import setup_for
 from .runner import TrialRequest, run_trial
 from .workload import StepWorkload
 from .spec import LoadedSpec, load_spec
@@ -144,13 +145,16 @@ def run_check(
     device = baseline.settings["device"] if machine.has_accelerator or baseline.settings["device"] == "cpu" else "cpu"
     step = baseline.settings.get("step")  # --step-ms's synthetic step: the same work as in the baseline
     work = StepWorkload.from_dict(step) if step and step["device_type"] == device.partition(":")[0] else None
-    request = lambda c, dev, w=None: TrialRequest(c, dev, timing, loader, opts["timeout"], machine.start_method, w)  # noqa: E731
+    ranks = setup_for(opts.get("nproc_per_node", 1), opts.get("nnodes", 1), opts.get("node_rank", 0), device,
+                      opts["blocks"] * opts["block_time"], spec.ref)  # a baseline of several ranks is checked on as many
+    request = lambda c, dev, w=None, r=None: TrialRequest(c, dev, timing, loader, opts["timeout"], machine.start_method,  # noqa: E731
+                                                          workload=w, ranks=r)
     default = TrialConfig(config.batch_size, 0, transfer=transfer_for(False, device.startswith("cuda")))
     trials, pairs, defaults = [], [], []
     for _ in range(rounds):
         cal = run_trial(calibration.REF, request(calibration.CONFIG, "cpu"))
-        mine = run_trial(spec.ref, request(config, device, work))
-        base = run_trial(spec.ref, request(default, device, work)) if default != config else None
+        mine = run_trial(spec.ref, request(config, device, work, ranks))
+        base = run_trial(spec.ref, request(default, device, work, ranks)) if default != config else None
         trials += [t for t in (cal, mine, base) if t is not None]
         pairs.append((mine.estimate.median if mine.ok else None, cal.estimate.median if cal.ok else None))
         if base is not None and base.ok:

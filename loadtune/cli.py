@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -18,12 +19,13 @@ from rich.console import Console
 from rich.text import Text
 
 from . import check as check_mod
+from . import distributed
 from . import plot as plot_mod
 from .check import BaselineError, explicit_config, parse_tolerance, run_check
 from .compare import compare, select_diffs
 from .plan import PlanError, parse_int_list
 from .project import ProjectError, project_defaults
-from .report import ProgressDisplay, print_check, print_comparison, print_recommendation, print_report
+from .report import ProgressDisplay, print_check, print_comparison, print_nodes, print_recommendation, print_report
 from .results import ResultError, ScanResult, check_writable, write_atomic
 from .scan import OptionsError, ScanOptions, execute, prepare, resume_from
 from .spec import SpecError
@@ -68,7 +70,8 @@ def missing(what: str, key: str):
     raise OptionsError(f"no {what} given: pass it, or set {key} = ... under [tool.loadtune] in pyproject.toml")
 
 
-USER_ERRORS = (SpecError, OptionsError, PlanError, ResultError, ProjectError, BaselineError, ViewError, plot_mod.PlotError)
+USER_ERRORS = (SpecError, OptionsError, PlanError, ResultError, ProjectError, BaselineError, ViewError, plot_mod.PlotError,
+               distributed.DistributedError)
 FORMATS = ("table", "json")
 
 
@@ -130,6 +133,10 @@ def scan(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the recommendation (with its notes and snippet); no table, no progress"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs loadtune[plot])"),
     format_: str = typer.Option("table", "--format", help="table, or json: the whole result on stdout (for a pipe), nothing else there"),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", help="ranks per trial, each with its own loader over its shard, launched as torchrun does (default: 1)"),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="nodes of the training job: shards are sized for all of them (default: 1)"),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", help="this node's rank in the job (default: 0)"),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT where the nodes meet so node 0 prints a per-node summary (node 0 hosts it)"),
 ) -> None:
     """Search DataLoader settings for a dataset, print a ranked table and a recommendation."""
     try:
@@ -163,14 +170,23 @@ def scan(
             confirm=confirm,
             timeout=timeout,
             seed=seed,
+            nproc_per_node=nproc_per_node,
+            nnodes=nnodes,
+            node_rank=node_rank,
+            rdzv_endpoint=rdzv_endpoint,
         )
+        adopted = distributed.adopt_launcher(overrides)  # under torchrun: its layout, local rank 0 scans
+        if adopted.stand_aside:
+            Console(stderr=True).print(adopted.stand_aside, style="dim")
+            raise typer.Exit(0)
         project = load_project()
         overrides = {k: v if v is not None else project.get(k) for k, v in overrides.items()}  # flags > pyproject
         overrides.update({k: v for k, v in project.items() if k not in overrides and k not in PROJECT_KEYS})
         spec = spec or project.get("spec") or missing("a spec file", "spec")
         json_path = json_path or Path(project.get("json", "loadtune.json"))
-        check_writable(json_path)
         plan = prepare(spec, **overrides)
+        json_path = distributed.node_json_path(json_path, plan.options.nnodes, plan.options.node_rank)
+        check_writable(json_path)
         if resume:
             resume_from(plan, json_path)
     except USER_ERRORS as exc:
@@ -195,10 +211,34 @@ def scan(
     if as_json:
         write_json(result.to_dict())
     console.print(f"Saved to {json_path}", style="dim")
+    opts = plan.options
+    if opts.nnodes > 1 and opts.rdzv_endpoint:
+        try:
+            nodes = distributed.gather_nodes(opts.rdzv_endpoint, opts.nnodes, opts.node_rank, node_summary(result, opts.node_rank),
+                                             adopted.store_hosted)
+        except (RuntimeError, distributed.DistributedError) as exc:  # the store's timeout, or a bad endpoint
+            raise fail(f"the per-node summary could not be gathered at {opts.rdzv_endpoint}: {exc}") from None
+        if nodes is not None:
+            print_nodes(console, nodes)
     if not result.ok_trials:
         raise fail("no trial could be measured; see the failures above", EXIT_NOTHING_MEASURED)
     if plot is not None:
         save_plot(result, plot, console)
+
+
+def node_summary(result: ScanResult, node_rank: int) -> dict:
+    """One node's pick, for node 0's per-node table."""
+    rec = result.recommendation
+    pick = result.config_result(rec.config) if rec else None
+    return {
+        "node_rank": node_rank,
+        "host": socket.gethostname(),
+        "cores": result.machine.usable_cores,
+        "pick": rec.config.label() if rec else None,
+        "samples_per_s": pick.estimate.median if pick else None,
+        "sum_per_s": pick.aggregate_rate if pick else None,
+        "workers": rec.config.num_workers * pick.ranks if pick else None,
+    }
 
 
 @app.command()

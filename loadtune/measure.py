@@ -68,6 +68,25 @@ RESTART_SHARE = 0.02  # ...and longer ones too when restarting the workers costs
 DRAIN_SHARE = 0.25  # at most this share of a trial's time goes on consuming the start-up backlog
 
 
+@dataclass(frozen=True)
+class Shard:
+    """This process is one rank of several: it loads its share of the dataset, and its timed window
+    is aligned with the other ranks' by barriers (before start-up, after warm-up, after the window),
+    never inside a timed block. The window has a fixed length so that every rank measures the same
+    stretch of time, under the contention of all the others."""
+
+    rank: int  # global rank: which shard
+    world: int  # ranks over all nodes: how many shards
+    barrier: Callable[[str], None]  # waits for every rank of this node's trial; the name says which
+    window_s: float
+
+    def sampler(self, dataset: Any, options: "LoaderOptions"):
+        """The sampler training uses under DDP: DistributedSampler with its defaults (padding to equal shards)."""
+        from torch.utils.data.distributed import DistributedSampler
+
+        return DistributedSampler(dataset, num_replicas=self.world, rank=self.rank, shuffle=options.shuffle, seed=options.seed)
+
+
 class TrialFailure(Exception):
     """The loader could not be measured for a reason that is not an exception of the dataset's."""
 
@@ -76,8 +95,11 @@ class ConsumerError(Exception):
     """Moving a batch to the device or the spec's ``step`` raised: not the dataset's fault."""
 
 
-def make_loader(spec: LoadedSpec, config: TrialConfig, options: LoaderOptions) -> DataLoader:
+def make_loader(spec: LoadedSpec, config: TrialConfig, options: LoaderOptions, shard: Shard | None = None) -> DataLoader:
     shuffle = options.shuffle and not spec.iterable
+    if shard is not None and not spec.iterable:  # the sampler shuffles; an IterableDataset shards itself by rank
+        return DataLoader(spec.dataset, sampler=shard.sampler(spec.dataset, options), drop_last=options.drop_last,
+                          collate_fn=spec.collate_fn, **config.loader_kwargs())
     generator = torch.Generator().manual_seed(options.seed) if shuffle else None
     return DataLoader(
         spec.dataset,
@@ -160,11 +182,11 @@ class SampleCounter:
     """Samples per batch. For map-style datasets it is exact from the epoch position (the last batch
     is short unless ``drop_last``); otherwise it is read off the batch, ``batch_size`` as fallback."""
 
-    def __init__(self, spec: LoadedSpec, config: TrialConfig, drop_last: bool):
+    def __init__(self, spec: LoadedSpec, config: TrialConfig, drop_last: bool, length: int | None = None):
         self.batch_size = config.batch_size
         self.position = 0
         self.per_epoch = None
-        n = None if spec.iterable else spec.length
+        n = None if spec.iterable else length if length is not None else spec.length  # a rank: its shard
         if n is not None:
             full, rest = divmod(n, config.batch_size)
             self.per_epoch = full if drop_last or rest == 0 else full + 1
@@ -318,11 +340,13 @@ def measure(
     emit: Callable[[str, Any], None],
     measured: Callable[[], None] = lambda: None,
     workload: StepWorkload | None = None,
+    shard: Shard | None = None,
 ) -> None:
     """Run one trial in this process, reporting ``("startup", s)``, ``("warmup", Block)``,
     ``("block", Block)`` through ``emit`` as they happen, so a crash later loses none of them.
     ``measured`` is called after the last block, with the loader and its workers still alive.
-    ``workload``: the synthetic step of ``--step-ms`` instead of the spec's ``step``."""
+    ``workload``: the synthetic step of ``--step-ms`` instead of the spec's ``step``.
+    With a ``shard`` this process is one rank of several, measuring over the window they share."""
     deadline = time.perf_counter() + timing.max_s
     cuda = device.type == "cuda"
     if cuda:
@@ -331,7 +355,8 @@ def measure(
         torch.cuda.synchronize(device)
         emit("device", gpu.identity(device))  # the parent samples its utilisation through NVML
     consumer = make_consumer(spec, config, device, workload.build(device) if workload else None)
-    loader = make_loader(spec, config, options)
+    loader = make_loader(spec, config, options, shard)
+    shard_length = len(loader.sampler) if shard is not None and not spec.iterable else None
     source = loader
     if config.transfer == "stream":  # the closing device sync of each block also waits for its pending copy
         source = consumer.source = TrialPrefetcher(loader, device)
@@ -339,8 +364,10 @@ def measure(
         torch.cuda.synchronize(device)
         gpu.reset_peaks(device)
     meter = Meter(source, consumer, device_sync(device),
-                  SampleCounter(spec, config, options.drop_last), ALIGN_EPOCHS_UP_TO * timing.block_s,
+                  SampleCounter(spec, config, options.drop_last, shard_length), ALIGN_EPOCHS_UP_TO * timing.block_s,
                   restarts=config.num_workers > 0 and not config.persistent_workers)
+    if shard is not None:
+        shard.barrier("start")  # every rank starts its workers at once, as training does
     emit("startup", meter.startup())
     batch_info = BatchInfo.of(meter.pending)
     emit("batch", batch_info)
@@ -358,12 +385,20 @@ def measure(
     # many workers deliver in bursts: a block spans at least two batches per worker, so its rate is
     # not just the luck of which burst fell inside it
     block_batches = max(1, 2 * config.num_workers)
-    while not timing.enough(rates) and time.perf_counter() < deadline:
+    enough = timing.enough
+    if shard is not None:  # every rank measures the same window, whatever its own spread
+        shard.barrier("warmup")
+        meter.mark = time.perf_counter()  # the window starts now on every rank; the wait is not timed
+        deadline = min(deadline, meter.mark + shard.window_s)
+        enough = lambda rates: False  # noqa: E731
+    while not enough(rates) and time.perf_counter() < deadline:
         block = meter.phase(timing.block_s, block_batches, deadline)
         if block.batches:
             rates.append(block.rate)
             emit("block", block)
     if cuda:
         emit("gpu_memory", gpu.usage(device, config, batch_info))
+    if shard is not None:
+        shard.barrier("window")
     measured()
     del meter, loader, source  # shut workers down inside the trial, not in the interpreter's exit

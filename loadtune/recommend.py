@@ -97,10 +97,14 @@ def explain(pick: ConfigResult, best: ConfigResult, tied: list[ConfigResult]) ->
     )
 
 
-def snippet(config: TrialConfig, shuffle: bool, drop_last: bool, has_collate_fn: bool) -> str:
-    """A ready-to-paste ``DataLoader(...)`` call for ``config``."""
+def snippet(config: TrialConfig, shuffle: bool, drop_last: bool, has_collate_fn: bool, distributed: bool = False) -> str:
+    """A ready-to-paste ``DataLoader(...)`` call for ``config`` (per rank, over its shard, when ``distributed``)."""
     args = [("batch_size", config.batch_size)]
-    if shuffle:
+    if distributed and shuffle:
+        args.append(("sampler", "DistributedSampler(dataset)"))
+    elif distributed:
+        args.append(("sampler", "DistributedSampler(dataset, shuffle=False)"))
+    elif shuffle:
         args.append(("shuffle", True))
     if drop_last:
         args.append(("drop_last", True))
@@ -115,8 +119,8 @@ def snippet(config: TrialConfig, shuffle: bool, drop_last: bool, has_collate_fn:
             args.append(("multiprocessing_context", config.start_method))
     if config.pin_memory:
         args.append(("pin_memory", True))
-    lines = ["loader = DataLoader(", "    dataset,"]
-    lines += [f"    {name}={value!r}," for name, value in args]
+    lines = ["loader = DataLoader(  # in every rank" if distributed else "loader = DataLoader(", "    dataset,"]
+    lines += [f"    {name}={value}," if name == "sampler" else f"    {name}={value!r}," for name, value in args]
     if has_collate_fn:
         lines.append("    collate_fn=collate_fn,")
     lines.append(")")

@@ -159,6 +159,66 @@ def row_cells(row: Row, rec, top: float) -> dict:
     }
 
 
+def ranks_of(result: ScanResult) -> int:
+    """Ranks per trial of this scan (1: a single loader)."""
+    return int(result.settings.get("ranks", {}).get("nproc_per_node", 1))
+
+
+def rank_table(result: ScanResult) -> Table:
+    """The table of a scan with several ranks per trial: the node in step, the ranks' sum, the slowest rank."""
+    rec = result.recommendation
+    n = ranks_of(result)
+    table = Table(title=f"DataLoader configs on {n} ranks, fastest first", title_justify="left", header_style="bold", pad_edge=False)
+    table.add_column("#", justify="right", style="dim", no_wrap=True)
+    table.add_column("config (per rank)", ratio=1, min_width=12)
+    table.add_column("samples/s", justify="right", no_wrap=True)
+    table.add_column("sum", justify="right", no_wrap=True)
+    table.add_column("slowest", justify="right", no_wrap=True)
+    table.add_column("wk", justify="right", no_wrap=True)
+    table.add_column("start", justify="right", no_wrap=True)
+    table.add_column("mem", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for rank, config in enumerate(ranked(result), 1):
+        est = config.estimate
+        label = Text(config.config.label())
+        if rec and config.config == rec.config:
+            label.append(" ★", style="bold yellow")
+        if config.config.is_pytorch_default:
+            label.append(" default", style="dim")
+        total = config.aggregate_rate
+        slowest = config.slowest_rank_rate
+        table.add_row(
+            str(rank) if est else "",
+            label,
+            spread_text(est) if est else "-",
+            rate(total) if total else "-",
+            rate(slowest) if slowest else "-",
+            str(config.config.num_workers * n),
+            f"{config.startup_s:.2f}s" if config.startup_s is not None else "-",
+            short_bytes(config.memory.peak_bytes if config.memory else None),
+            status_text(config),
+        )
+    for skip in result.skipped:
+        table.add_row("", Text(skip.what, style="dim"), "-", "", "", "", "-", "-", Text("skipped", style="yellow"))
+    table.caption = (f"★ recommended · samples/s: the node in step, {n} × the slowest rank (±: 95% interval) · sum: "
+                     "all ranks' own rates over the same window · slowest: the slowest rank · wk: workers on the node · "
+                     "start: until every rank had its first batch · mem: PSS of the agent, all ranks and their workers")
+    table.caption_justify = "left"
+    return table
+
+
+def print_nodes(console: Console, nodes: list[dict]) -> None:
+    """Node 0's summary of a multi-node scan: each node's own pick."""
+    table = Table(title="Per node", title_justify="left", header_style="bold", pad_edge=False)
+    for name in ("node", "host", "cores", "pick (per rank)", "samples/s", "sum", "wk"):
+        table.add_column(name, justify="left" if name in ("host", "pick (per rank)") else "right")
+    for node in nodes:
+        table.add_row(str(node["node_rank"]), node["host"], str(node["cores"]), node["pick"] or "none",
+                      rate(node["samples_per_s"]) if node["samples_per_s"] else "-",
+                      rate(node["sum_per_s"]) if node["sum_per_s"] else "-", str(node["workers"] or "-"))
+    console.print(table)
+
+
 def notes(result: ScanResult) -> list[Text]:
     """One paragraph per failed trial and per skipped knob: the full reason the table has no room for."""
     configs = result.configs
@@ -240,6 +300,11 @@ def recommendation_panel(result: ScanResult) -> Panel:
     else:
         lines.append("PyTorch's defaults were not measured at this batch size.\n")
     lines.append(f"Why: {rec.reason}.\n")
+    n = ranks_of(result)
+    if n > 1 and pick.aggregate_rate:
+        lines.append(f"Per rank: num_workers={rec.config.num_workers} on each of {n} ranks ({rec.config.num_workers * n} "
+                     f"workers on the node); the slowest rank delivers {rate(pick.slowest_rank_rate)} samples/s, "
+                     f"all ranks together {rate(pick.aggregate_rate)} samples/s when none waits.\n")
     saving = persistent_saving(result.configs, rec.config, result.spec.length)
     if saving is not None:
         lines.append(
@@ -251,13 +316,17 @@ def recommendation_panel(result: ScanResult) -> Panel:
     if result.state != "complete":
         lines.append(f"Partial scan ({result.state}): {len(result.trials)} trials finished.\n", style="yellow")
     opts = result.settings["options"]
-    code = snippet(rec.config, opts["shuffle"] and not result.spec.iterable, opts["drop_last"], result.spec.has_collate_fn)
+    code = snippet(rec.config, opts["shuffle"] and not result.spec.iterable, opts["drop_last"], result.spec.has_collate_fn,
+                   distributed="ranks" in result.settings and not result.spec.iterable)
     return Panel(Group(lines, Syntax(code, "python", theme="ansi_dark", background_color="default")), title="Recommendation", border_style="green")
 
 
 def print_report(console: Console, result: ScanResult, rows: list[Row] | None = None) -> None:
     """The table (``rows``: a selection from ``view.select``; default all), notes, recommendation."""
-    console.print(trial_table(result, rows, console.width))
+    if "ranks" in result.settings:
+        console.print(rank_table(result))
+    else:
+        console.print(trial_table(result, rows, console.width))
     total = len(view_rows(result))
     if rows is not None and len(rows) < total:
         console.print(f"showing {len(rows)} of {total} rows; ranks (#) and the recommendation are the whole scan's", style="dim")

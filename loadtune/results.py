@@ -97,6 +97,36 @@ class TrialError:
     traceback: str | None = None
     log_tail: str | None = None
     index: int | None = None  # the dataset index that raised, when it could be found
+    rank: int | None = None  # the rank that failed first, in a trial of several ranks
+
+
+@dataclass
+class RankFigures:
+    """What one rank of a distributed trial measured over the window it shared with the others."""
+
+    rank: int  # global rank (node_rank x ranks per node + local rank): which shard it loaded
+    local_rank: int = 0
+    startup_s: float | None = None
+    warmup: Block | None = None
+    blocks: list[Block] = field(default_factory=list)
+    memory_bytes: int | None = None  # PSS of the rank and its workers at steady state, measured inside it
+
+    @property
+    def estimate(self) -> Estimate | None:
+        return estimate([b.rate for b in self.blocks]) if self.blocks else None
+
+    @property
+    def window_rate(self) -> float:
+        """Samples over seconds of the whole timed window: what this rank delivered alongside the others."""
+        seconds = sum(b.seconds for b in self.blocks)
+        return sum(b.samples for b in self.blocks) / seconds if seconds > 0 else 0.0
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RankFigures":
+        data = dict(data)
+        data["warmup"] = Block(**data["warmup"]) if data.get("warmup") else None
+        data["blocks"] = [Block(**b) for b in data.get("blocks", [])]
+        return cls(**data)
 
 
 @dataclass
@@ -114,15 +144,66 @@ class Trial:
     round: int = 0  # 0: the search; 1, 2, ...: contenders re-measured side by side
     gpu: GPUUsage | None = None  # only for trials on a CUDA device
     batch: BatchInfo | None = None  # the first batch's bytes, dtypes and shapes
+    # Several ranks per trial: each rank's figures; ``blocks``, ``warmup`` and ``startup_s`` above are
+    # then the slowest rank's (its pace is the pace of synchronous training), see ``settle_ranks``
+    ranks: list[RankFigures] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok" and bool(self.blocks)
 
     @property
+    def pace_rates(self) -> list[float]:
+        """Samples/s per block of the trial's figure. One rank: its blocks. Several: the slowest
+        rank's blocks times the number of ranks, since synchronous training advances at that rank's
+        pace on every rank at once."""
+        return [b.rate * max(1, len(self.ranks)) for b in self.blocks]
+
+    @property
     def estimate(self) -> Estimate | None:
-        """Samples/s: median over blocks with its interval."""
-        return estimate([b.rate for b in self.blocks]) if self.ok else None
+        """Samples/s: median over blocks with its interval (the node's pace with several ranks)."""
+        return estimate(self.pace_rates) if self.ok else None
+
+    def record_rank(self, rank: int, local_rank: int, kind: str, payload) -> None:
+        """One figure a rank streamed as it measured it (``startup``, ``warmup``, ``block``, ``memory``)."""
+        figures = next((r for r in self.ranks if r.rank == rank), None)
+        if figures is None:
+            figures = RankFigures(rank, local_rank)
+            self.ranks.append(figures)
+            self.ranks.sort(key=lambda r: r.rank)
+        if kind == "startup":
+            figures.startup_s = payload
+        elif kind == "warmup":
+            figures.warmup = payload
+        elif kind == "block":
+            figures.blocks.append(payload)
+        elif kind == "memory":
+            figures.memory_bytes = payload
+        elif kind == "warning" and f"rank {rank}: {payload}" not in self.warnings:
+            self.warnings.append(f"rank {rank}: {payload}")
+
+    def settle_ranks(self) -> None:
+        """Take the slowest rank's blocks as the trial's own, and the last rank's start-up (training
+        starts when every rank has its first batch). Ranks that measured nothing count as slowest."""
+        if not self.ranks:
+            return
+        if any(not r.blocks for r in self.ranks):
+            slowest = next(r for r in self.ranks if not r.blocks)
+        else:
+            slowest = min(self.ranks, key=lambda r: r.estimate.median)
+        self.blocks, self.warmup = list(slowest.blocks), slowest.warmup
+        starts = [r.startup_s for r in self.ranks if r.startup_s is not None]
+        self.startup_s = max(starts) if len(starts) == len(self.ranks) else None
+
+    @property
+    def slowest_rank(self) -> RankFigures | None:
+        measured = [r for r in self.ranks if r.blocks]
+        return min(measured, key=lambda r: r.estimate.median) if measured else None
+
+    @property
+    def aggregate_rate(self) -> float | None:
+        """Sum of the ranks' rates over the aligned window: what the ranks deliver when none waits."""
+        return sum(r.window_rate for r in self.ranks) if self.ranks and all(r.blocks for r in self.ranks) else None
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -147,6 +228,7 @@ class Trial:
         data["error"] = TrialError(**data["error"]) if data.get("error") else None
         data["gpu"] = GPUUsage.from_dict(data["gpu"]) if data.get("gpu") else None
         data["batch"] = BatchInfo.from_dict(data["batch"]) if data.get("batch") else None
+        data["ranks"] = [RankFigures.from_dict(r) for r in data.get("ranks", [])]
         return cls(**data)
 
 
@@ -174,7 +256,7 @@ class ConfigResult:
         if len(runs) <= 1:
             return runs[0].estimate if runs else None
         m = min(len(t.blocks) for t in runs)
-        return estimate([b.rate for t in runs for b in t.blocks[:m]])
+        return estimate([rate for t in runs for rate in t.pace_rates[:m]])
 
     @property
     def startup_s(self) -> float | None:
@@ -221,6 +303,22 @@ class ConfigResult:
             notes.append(f"{failed} of {len(self.trials)} runs failed: {self.error.message}")
         return notes
 
+    @property
+    def ranks(self) -> int:
+        """Ranks per trial (1 unless the scan ran several ranks per node)."""
+        return max((len(t.ranks) for t in self.trials), default=0) or 1
+
+    @property
+    def aggregate_rate(self) -> float | None:
+        """Median over runs of the ranks' summed rates (several ranks only)."""
+        values = [t.aggregate_rate for t in self.trials if t.ok and t.aggregate_rate is not None]
+        return statistics.median(values) if values else None
+
+    @property
+    def slowest_rank_rate(self) -> float | None:
+        """The slowest rank's samples/s: the pace divided by the ranks (several ranks only)."""
+        est = self.estimate
+        return est.median / self.ranks if est and self.ranks > 1 else None
 
 
 def by_config(trials: list[Trial]) -> list[ConfigResult]:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import psutil
 
@@ -31,6 +32,9 @@ from .plan import TrialConfig
 from .results import GPUUsage, Trial, TrialError
 from .spec import LoadedSpec, SpecRef, load_spec
 from .workload import StepWorkload
+
+if TYPE_CHECKING:
+    from .distributed import RankSetup
 
 LOG_TAIL_CHARS = 2000
 
@@ -46,6 +50,7 @@ class TrialRequest:
     timeout_s: float
     start_method: str  # how DataLoader workers start in the user's training (a forkserver child would inherit forkserver)
     workload: StepWorkload | None = None  # the calibrated synthetic step of --step-ms, in place of the spec's
+    ranks: RankSetup | None = None  # several ranks per trial, launched by torch.distributed's elastic agent
 
 
 def context_for(source: SpecRef | LoadedSpec, device: str = "cpu"):
@@ -118,22 +123,36 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
             if conn.poll(10):
                 conn.recv()
 
+        if request.ranks is not None:  # this process becomes the ranks' elastic agent, as torchrun's is
+            from .distributed import run_ranks
+
+            run_ranks(source, spec, replace(request, timing=timing), conn, ranks_dir(log_path))
+            return
         measure(spec, request.config, torch.device(request.device), timing, request.options, emit, measured,
                 workload=request.workload)
         conn.send(("done", None))
     except BaseException as exc:  # noqa: BLE001 - everything is reported, nothing escapes
-        if isinstance(exc, TrialFailure):
-            error = TrialError(kind="failure", message=str(exc))
-        elif isinstance(exc, ConsumerError):
-            error = diagnose(exc.__cause__, batch_size=request.config.batch_size, consumer=True)
-        else:
-            error = diagnose(exc, spec.dataset if spec else None, request.config.batch_size)
+        error = error_for(exc, spec, request.config.batch_size)
         try:
             conn.send(("error", error))
         except (OSError, ValueError):
             pass
     finally:
         conn.close()
+
+
+def error_for(exc: BaseException, spec: LoadedSpec | None, batch_size: int) -> TrialError:
+    """The TrialError for an exception raised while measuring: the dataset's, the consumer's, or ours."""
+    if isinstance(exc, TrialFailure):
+        return TrialError(kind="failure", message=str(exc))
+    if isinstance(exc, ConsumerError):
+        return diagnose(exc.__cause__, batch_size=batch_size, consumer=True)
+    return diagnose(exc, spec.dataset if spec else None, batch_size)
+
+
+def ranks_dir(log_path: str | Path) -> Path:
+    """Where the ranks' elastic agent keeps its files (error records, logs); removed with the trial."""
+    return Path(f"{log_path}.ranks")
 
 
 def kill_group(pid: int, wait_s: float = 5.0) -> None:
@@ -180,7 +199,7 @@ def signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def exit_error(exitcode: int | None, log_tail: str) -> TrialError:
+def exit_error(exitcode: int | None, log_tail: str, who: str = "trial process") -> TrialError:
     """Why a child ended without reporting: killed by a signal, or exited early."""
     if exitcode is not None and exitcode < 0:
         name = signal_name(exitcode)
@@ -189,8 +208,8 @@ def exit_error(exitcode: int | None, log_tail: str) -> TrialError:
             "SIGBUS": " (often /dev/shm too small for the batches in flight)",
             "SIGSEGV": " (a crash in native code of the dataset or a library it calls)",
         }.get(name, "")
-        return TrialError(kind="killed", message=f"trial process killed by {name}{hint}", log_tail=log_tail)
-    return TrialError(kind="crashed", message=f"trial process exited with code {exitcode} without a result", log_tail=log_tail)
+        return TrialError(kind="killed", message=f"{who} killed by {name}{hint}", log_tail=log_tail)
+    return TrialError(kind="crashed", message=f"{who} exited with code {exitcode} without a result", log_tail=log_tail)
 
 
 def read_tail(path: Path) -> str:
@@ -250,6 +269,8 @@ def run_trial(
                     trial.blocks.append(payload)
                 elif kind == "warning":
                     trial.warnings.append(payload)
+                elif kind == "rank":  # (rank, local rank, kind, figure) from one rank of several
+                    trial.record_rank(*payload)
                 elif kind == "error":
                     trial.error = payload
                 elif kind == "done":
@@ -289,6 +310,7 @@ def run_trial(
                 proc.kill()
                 proc.join()
         remove_orphaned_shared_memory(started_wall)
+        shutil.rmtree(ranks_dir(log_path), ignore_errors=True)
         recv.close()
         trial.wall_s = time.monotonic() - started
         trial.memory = sampler.result() if sampler else None
@@ -297,6 +319,7 @@ def run_trial(
             trial.gpu.utilisation = gpu_sampler.samples
         log_tail = read_tail(log_path)
         log_path.unlink(missing_ok=True)
+    trial.settle_ranks()
     if finished and trial.blocks:
         trial.status = "ok"
     elif trial.error is not None and trial.error.kind == "timeout" and len(trial.blocks) >= request.timing.min_blocks:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import calibration
+from . import distributed
 from . import machine as machine_mod
 from . import probe as probe_mod
 from .measure import LoaderOptions, Timing
@@ -63,6 +64,10 @@ class ScanOptions:
     seed: int = 0  # trial order and shuffling
     step_ms: float | None = None  # a synthetic consumer step of about this many ms per batch (no spec step needed)
     transfer: list[str] | None = None  # transfer strategies to search on a CUDA device; None: sync, non_blocking, stream
+    nproc_per_node: int = 1  # ranks per trial, each with its own DataLoader, as under torchrun
+    nnodes: int = 1  # nodes of the training job: each rank's shard is 1/(nnodes x nproc_per_node) of the dataset
+    node_rank: int = 0  # which node this is (its ranks' shards)
+    rdzv_endpoint: str | None = None  # HOST:PORT where the nodes' picks meet for node 0's per-node summary
 
     def validate(self) -> None:
         if self.step_ms is not None:
@@ -186,11 +191,16 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     if opts.drop_last and too_big:
         raise OptionsError(f"batch size {too_big[0]} with drop_last: the dataset's {spec.length} samples never fill one batch")
     info = machine_mod.collect()
+    try:
+        distributed.validate(opts.nproc_per_node, opts.nnodes, opts.node_rank, len(info.gpus), opts.device)
+    except distributed.DistributedError as exc:
+        raise OptionsError(str(exc)) from None
     device = pick_device(opts.device, info)
     accelerator = device.startswith("cuda")
+    rank_cores = distributed.cores_per_rank(info.usable_cores, opts.nproc_per_node)  # the node's cores, shared
     space = SearchSpace(
         batch_sizes=opts.batch_size or [DEFAULT_BATCH_SIZE],
-        workers=opts.workers if opts.workers is not None else default_workers(info.usable_cores),
+        workers=opts.workers if opts.workers is not None else default_workers(rank_cores),
         prefetch=opts.prefetch,
         pin=opts.pin,
         persistent=opts.persistent,
@@ -216,7 +226,17 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     if opts.step_ms is not None and spec.step is not None:
         raise OptionsError("the spec defines step(batch) and step_ms is given: the synthetic step would replace yours; "
                            "drop one of them")
+    ranks = distributed.setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, device,
+                                  opts.blocks * opts.block_time, source)
+    if ranks is not None:
+        settings["ranks"] = asdict(ranks)
     result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=skips)
+    if ranks is not None:
+        result.notes.append(
+            f"{ranks.nproc_per_node} ranks per trial ({ranks.backend}, {ranks.threads} torch thread(s) each, rank "
+            f"{ranks.global_rank(0)}..{ranks.global_rank(ranks.nproc_per_node - 1)} of {ranks.world_size}): num_workers "
+            f"is per rank, so the node runs {ranks.nproc_per_node}× as many; samples/s is the node in step "
+            "(ranks × the slowest rank, the pace of synchronous training)")
     measure_device(result, device, opts.step_ms)
     if info.busy:
         result.notes.append(
@@ -275,7 +295,8 @@ def make_strategy(
         return GridSearch(order, opts.noise_floor, opts.confirm, opts.seed)
     return AdaptiveSearch(
         space, accelerator, [c for c in configs if c.is_pytorch_default] + references, opts.noise_floor,
-        max_workers=max(MAX_WORKERS_FLOOR, 8 * info.usable_cores), memory_available=info.memory_available_bytes,
+        max_workers=max(MAX_WORKERS_FLOOR, 8 * info.usable_cores) // opts.nproc_per_node,  # per rank
+        memory_available=info.memory_available_bytes,
         confirm_rounds=opts.confirm, seed=opts.seed, extend=opts.workers is None,
     )
 
@@ -288,9 +309,9 @@ def resume_from(plan: Plan, json_path: str | Path | None) -> None:
     old, new = ScanResult.load(json_path), plan.result
     if (old.spec.sha256, old.spec.factory, old.spec.dataset_type) != (new.spec.sha256, new.spec.factory, new.spec.dataset_type):
         raise OptionsError("cannot resume: the saved scan is of a different spec (the file or factory changed); start a new scan")
-    free = ("timeout", "budget")  # limits, not what is measured
+    free = ("timeout", "budget", "rdzv_endpoint")  # limits and meeting points, not what is measured
     mine = {k: v for k, v in new.settings["options"].items() if k not in free}
-    theirs = {k: v for k, v in old.settings.get("options", {}).items() if k not in free}
+    theirs = {k: v for k, v in {**asdict(ScanOptions()), **old.settings.get("options", {})}.items() if k not in free}
     changed = sorted(k for k in mine if mine[k] != theirs.get(k))
     if changed or old.settings.get("planned") != new.settings["planned"] or old.settings.get("device") != new.settings["device"]:
         what = f"options {', '.join(changed)} differ" if changed else "the grid differs"
@@ -325,15 +346,17 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     )
     loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
     workload = workload_of(result)
+    ranks = distributed.setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, plan.device,
+                                  opts.blocks * opts.block_time, plan.source)
     request_for = lambda config: TrialRequest(config, plan.device, timing, loader_options, opts.timeout,  # noqa: E731
-                                              plan.machine.start_method, workload)
+                                              plan.machine.start_method, workload=workload, ranks=ranks)
     save = (lambda: result.save(json_path)) if json_path else (lambda: None)
     planned = len(strategy.configs) if isinstance(strategy, GridSearch) else None
     if observer:
         observer.scan_started(result, planned, opts.budget)
     save()
     started = time.monotonic()
-    calibrate = lambda: result.calibration.append(run_trial(calibration.REF, replace(request_for(calibration.CONFIG), device="cpu", workload=None)))  # noqa: E731
+    calibrate = lambda: result.calibration.append(run_trial(calibration.REF, replace(request_for(calibration.CONFIG), device="cpu", workload=None, ranks=None)))  # noqa: E731
     try:
         if not result.calibration:
             calibrate()  # the machine's speed now, for ``check`` to compare ratios across machines

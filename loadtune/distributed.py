@@ -1,0 +1,434 @@
+"""Several ranks per node (issue 9): each trial runs N DataLoaders at once, as DDP training does.
+
+A node training on 8 GPUs runs 8 loaders that share its cores, memory and /dev/shm; one loader tuned
+alone and copied to every rank oversubscribes the node. Here the trial process becomes the ranks'
+elastic agent, exactly as ``torchrun``'s is (``torch.distributed.launcher.api.elastic_launch``,
+c10d rendezvous on localhost): it starts the ranks, watches them, and ends them all when one fails.
+It stays inside the trial's own session, so the runner's timeout and process-group kill still take
+everything down, agent, ranks and workers alike.
+
+Each rank builds its loader over its shard (``DistributedSampler`` for map-style datasets; an
+``IterableDataset`` shards itself by the ``RANK``/``WORLD_SIZE`` environment, set to the job's global
+values) and runs ``measure`` with a ``Shard``: barriers before start-up, after warm-up and after a
+window of fixed length, never inside a timed block. Figures stream from each rank through a pipe of
+its own to the agent, which relays them to the runner tagged with the rank: nothing is lost when a
+rank dies mid-window (a collective gather at the end would lose it, and ``all_gather_object`` needs
+numpy, which loadtune does not). Multi-node: each node tunes its own ranks (its shards sized for the
+whole job); ``gather_nodes`` brings the nodes' picks to node 0 for one per-node summary.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+from .measure import Shard, measure
+from .memory import tree_memory
+from .results import TrialError
+from .spec import LoadedSpec, SpecRef, load_spec
+
+ACK_WAIT_S = 30.0  # how long ranks hold their loaders alive for the runner's memory sample
+SHUTDOWN_S = 5  # the agent's grace between SIGTERM and SIGKILL when it ends the ranks
+LAUNCHER_VARS = (
+    "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+    "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+)
+
+
+class DistributedError(ValueError):
+    """A launcher environment or distributed option that cannot work: refused before any work, exit code 2."""
+
+
+@dataclass(frozen=True)
+class RankSetup:
+    """How the ranks of each trial are launched on this node."""
+
+    nproc_per_node: int
+    nnodes: int = 1
+    node_rank: int = 0
+    backend: str = "gloo"  # gloo on CPU, nccl with one GPU per rank
+    window_s: float = 5.0  # the timed window every rank measures, aligned by barriers
+    start_method: str = "fork"  # how the agent starts ranks: fork on CPU (fast); spawn for CUDA
+    threads: int = 1  # torch intra-op threads per rank: torchrun's OMP_NUM_THREADS=1 unless the user set it
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+    def global_rank(self, local_rank: int) -> int:
+        return self.node_rank * self.nproc_per_node + local_rank
+
+
+def cores_per_rank(usable_cores: int, ranks: int) -> int:
+    """The node's usable cores shared out between its ranks (at least one each)."""
+    return max(1, usable_cores // max(1, ranks))
+
+
+def rank_threads(environ=os.environ) -> int:
+    """torchrun sets OMP_NUM_THREADS=1 for every rank when it starts several, unless the user set it:
+    training will run under that, so the ranks are measured under it too."""
+    try:
+        return max(1, int(environ.get("OMP_NUM_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
+def setup_for(nproc_per_node: int, nnodes: int, node_rank: int, device: str, window_s: float,
+              source: SpecRef | LoadedSpec) -> RankSetup | None:
+    """The launch of each trial's ranks, or None for a single loader (one rank on one node)."""
+    if nproc_per_node == 1 and nnodes == 1:
+        return None
+    cuda = device.startswith("cuda")
+    # CUDA cannot be used in a process forked from one that touched it: fresh interpreters, as torchrun
+    # starts; objects built in the caller's process (not a spec file) can only be inherited by fork
+    method = "spawn" if cuda and isinstance(source, SpecRef) else "fork"
+    return RankSetup(nproc_per_node, nnodes, node_rank, "nccl" if cuda else "gloo", window_s, method, rank_threads())
+
+
+def validate(nproc_per_node: Any, nnodes: Any, node_rank: Any, gpus: int, device: str | None) -> None:
+    """Refuse impossible layouts before any work, naming the flag."""
+    for name, value, low in (("nproc_per_node", nproc_per_node, 1), ("nnodes", nnodes, 1), ("node_rank", node_rank, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise DistributedError(f"{name} must be a whole number >= {low}, got {value!r}")
+    if node_rank >= nnodes:
+        raise DistributedError(f"node_rank {node_rank} is not below nnodes {nnodes}: node ranks are 0..{nnodes - 1}")
+    if nproc_per_node > 1 and device is not None and device.startswith("cuda:"):
+        raise DistributedError(f"device {device!r} with {nproc_per_node} ranks: each rank uses the GPU of its local rank; "
+                               "pass --device cuda (or cpu)")
+    if gpus and (device is None or device.startswith("cuda")) and nproc_per_node > gpus:
+        raise DistributedError(f"{nproc_per_node} ranks per node need one GPU each; this node has {gpus}: "
+                               "lower --nproc-per-node, or measure on the CPU with --device cpu")
+
+
+# ---- inside a rank --------------------------------------------------------------------------------
+
+
+class PeerLost(Exception):
+    """A barrier failed: another rank died, hung or left. Usually a consequence, not the cause."""
+
+    def __init__(self, name: str, cause: BaseException):
+        super().__init__(f"{name} barrier: {first_line(cause)}")
+        self.name = name
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def rank_main(source: SpecRef | LoadedSpec, request, conns: list, launched: float) -> None:
+    """One rank, started by the elastic agent: its shard, its loader, the shared window, figures to the agent."""
+    import torch
+    import torch.distributed as dist
+
+    from .runner import die_with_parent, error_for
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    conn = conns[local_rank]
+    for i, other in enumerate(conns):
+        if i != local_rank:
+            other.close()
+    die_with_parent()  # the agent gone (killed with its trial) takes the ranks with it
+    setup: RankSetup = request.ranks
+    rank = setup.global_rank(local_rank)
+    emit = lambda kind, payload: conn.send((kind, payload))  # noqa: E731
+    spec = None
+    try:
+        torch.set_num_threads(setup.threads)
+        device = torch.device(f"cuda:{local_rank}") if request.device.startswith("cuda") else torch.device("cpu")
+        # a barrier gives up on a rank that hangs well before the runner's hard limit, so the message names it
+        timeout = timedelta(seconds=max(10.0, 0.5 * (request.timing.max_s - (time.time() - launched))))
+        if device.type == "cuda":
+            dist.init_process_group(setup.backend, timeout=timeout, device_id=device)
+        else:
+            dist.init_process_group(setup.backend, timeout=timeout)
+        # what the user's dataset (an IterableDataset sharding itself) sees: the job's global layout
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(setup.world_size), GROUP_RANK=str(setup.node_rank),
+                          GROUP_WORLD_SIZE=str(setup.nnodes))
+        spec = load_spec(source) if isinstance(source, SpecRef) else source
+        # the soft limit counts from the launch, as the runner's hard one does: rendezvous and start-up use it up too
+        timing = replace(request.timing, max_s=request.timing.max_s - (time.time() - launched))
+
+        def barrier(name: str) -> None:
+            emit("barrier", name)
+            try:
+                dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
+            except Exception as exc:  # noqa: BLE001 - a lost peer, whatever the backend calls it
+                raise PeerLost(name, exc) from exc
+
+        def measured() -> None:
+            emit("memory", tree_memory(os.getpid(), include_parent=False)[0])  # untimed: the window is over
+            emit("measured", None)
+            if conn.poll(ACK_WAIT_S):
+                conn.recv()
+
+        shard = Shard(rank, setup.world_size, barrier, setup.window_s)
+        measure(spec, request.config, device, timing, request.options, emit, measured, workload=request.workload, shard=shard)
+        emit("done", None)
+    except BaseException as exc:
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+
+        if isinstance(exc, SignalException):  # the agent ends this rank because another one failed
+            error = TrialError(kind="stopped", message=f"stopped by the agent: {exc}")
+            barrier_name = None
+        elif isinstance(exc, PeerLost):
+            error = TrialError(kind="peer", message=str(exc), exception_type=type(exc.__cause__).__name__)
+            barrier_name = exc.name
+        else:
+            error, barrier_name = error_for(exc, spec, request.config.batch_size), None
+        try:
+            emit("error", (error, barrier_name))
+        except (OSError, ValueError):
+            pass
+        raise  # a non-zero exit: the agent ends the other ranks at once
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# ---- in the trial process: the ranks' agent ------------------------------------------------------
+
+
+@dataclass
+class Relay:
+    """Reads every rank's pipe and passes figures on to the runner, tagged with the rank."""
+
+    pipes: list  # the agent's ends, by local rank
+    conn: Any  # to the runner
+    setup: RankSetup
+    error: TrialError | None = None  # the first failure that is a rank's own (not a lost peer)
+    lost: list = field(default_factory=list)  # (rank, TrialError, barrier) of ranks that lost a peer
+    reached: dict = field(default_factory=dict)  # rank -> barriers it arrived at
+    done: set = field(default_factory=set)
+    measured: set = field(default_factory=set)
+    stopped: bool = False
+
+    def run(self) -> None:
+        live = list(self.pipes)
+        while live:
+            ready = wait(live, timeout=0 if self.stopped else 0.1)
+            if not ready and self.stopped:
+                break  # the ranks are gone; what they sent has been read
+            for pipe in ready:
+                try:
+                    kind, payload = pipe.recv()
+                except (EOFError, OSError):
+                    live.remove(pipe)
+                    continue
+                self.handle(self.pipes.index(pipe), kind, payload)
+
+    def handle(self, local_rank: int, kind: str, payload: Any) -> None:
+        rank = self.setup.global_rank(local_rank)
+        if kind in ("startup", "warmup", "block", "memory", "warning"):
+            self.conn.send(("rank", (rank, local_rank, kind, payload)))
+        elif kind == "barrier":
+            self.reached.setdefault(rank, set()).add(payload)
+        elif kind == "measured":
+            self.measured.add(local_rank)
+            if len(self.measured) == len(self.pipes):  # every loader at steady state: the runner samples memory
+                self.conn.send(("measured", None))
+                if self.conn.poll(ACK_WAIT_S):
+                    self.conn.recv()
+                for pipe in self.pipes:
+                    try:
+                        pipe.send("ack")
+                    except OSError:
+                        pass
+        elif kind == "done":
+            self.done.add(rank)
+        elif kind == "error":
+            error, barrier = payload
+            if error.kind == "stopped":
+                pass  # the agent ended this rank after another failed: never the cause
+            elif error.kind == "peer":
+                self.lost.append((rank, error, barrier))
+            elif self.error is None:
+                self.error = named(rank, error)
+
+    def verdict(self, failures: dict) -> TrialError | None:
+        """Why the trial failed, naming the rank that caused it; None when every rank finished."""
+        if self.error is not None:
+            return self.error
+        from .runner import exit_error
+
+        killed = sorted((f for f in failures.values() if f.exitcode is not None and f.exitcode < 0 and f.exitcode != -15),
+                        key=lambda f: f.local_rank)  # SIGTERM (-15) is the agent ending the others
+        if killed:
+            f = killed[0]
+            rank = self.setup.global_rank(f.local_rank)
+            return replace(exit_error(f.exitcode, "", who=f"rank {rank} (pid {f.pid})"), rank=rank)
+        if self.lost:
+            rank, error, barrier = self.lost[0]
+            everyone = [self.setup.global_rank(i) for i in range(len(self.pipes))]
+            missing = [r for r in everyone if barrier not in self.reached.get(r, set())]
+            if missing:
+                who = ", ".join(map(str, missing))
+                return TrialError(kind="peer", rank=missing[0], exception_type=error.exception_type, message=(
+                    f"rank {who} never reached the {barrier} barrier (it hung or died without a word): rank {rank} "
+                    f"gave up waiting there ({error.message})"))
+            return named(rank, error)
+        if failures:
+            f = min(failures.values(), key=lambda f: f.local_rank)
+            rank = self.setup.global_rank(f.local_rank)
+            return replace(exit_error(f.exitcode, "", who=f"rank {rank} (pid {f.pid})"), rank=rank)
+        absent = [self.setup.global_rank(i) for i in range(len(self.pipes)) if self.setup.global_rank(i) not in self.done]
+        if absent:
+            return TrialError(kind="crashed", rank=absent[0], message=f"rank {', '.join(map(str, absent))} ended without a result")
+        return None
+
+
+def named(rank: int, error: TrialError) -> TrialError:
+    return replace(error, message=f"rank {rank}: {error.message}", rank=rank)
+
+
+def free_port() -> int:
+    """A port for the rendezvous store nobody listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_config(setup: RankSetup, files: Path):
+    """torchrun's machinery for one node of ranks: c10d rendezvous on localhost, no restarts (a
+    failed rank fails the trial), fast monitoring, the agent's files kept with the trial's."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=setup.nproc_per_node, run_id=f"loadtune-{os.getpid()}",
+        role="loadtune", rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", rdzv_configs={"timeout": 60},
+        max_restarts=0, monitor_interval=0.05, start_method=setup.start_method,
+        logs_specs=DefaultLogsSpecs(log_dir=str(files)), shutdown_timeout=SHUTDOWN_S,
+    )
+
+
+def run_ranks(source: SpecRef | LoadedSpec, spec: LoadedSpec, request, conn, files: Path) -> None:
+    """In the trial process: launch the ranks through the elastic agent, relay their figures, and
+    report ``done`` or the error that names the rank behind it."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    setup: RankSetup = request.ranks
+    ctx = multiprocessing.get_context(setup.start_method)
+    pairs = [ctx.Pipe() for _ in range(setup.nproc_per_node)]
+    relay = Relay([a for a, _ in pairs], conn, setup)
+    thread = threading.Thread(target=relay.run, name="loadtune-relay", daemon=True)
+    thread.start()
+    target = spec if setup.start_method == "fork" else source  # forked ranks inherit the loaded spec
+    failures: dict = {}
+    try:
+        elastic_launch(launch_config(setup, files), rank_main)(target, request, [b for _, b in pairs], time.time())
+    except ChildFailedError as exc:
+        failures = exc.failures
+    finally:
+        for _, theirs in pairs:
+            theirs.close()
+        relay.stopped = True
+        thread.join()
+    error = relay.verdict(failures)
+    conn.send(("error", error) if error is not None else ("done", None))
+
+
+# ---- under torchrun, and across nodes -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LauncherEnv:
+    """What torchrun (or any torchelastic launcher) told this process about the job."""
+
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    nnodes: int
+    store: str | None  # MASTER_ADDR:MASTER_PORT: the agent's store when TORCHELASTIC_USE_AGENT_STORE
+
+
+def launcher_env(environ=os.environ) -> LauncherEnv | None:
+    """The launcher's environment, or None when loadtune was not started by one."""
+    if "TORCHELASTIC_RUN_ID" not in environ and "LOCAL_WORLD_SIZE" not in environ:
+        return None
+    try:
+        local_rank = int(environ.get("LOCAL_RANK", "0"))
+        local_world = int(environ["LOCAL_WORLD_SIZE"])
+        world = int(environ.get("WORLD_SIZE", local_world))
+        nnodes = int(environ.get("GROUP_WORLD_SIZE") or max(1, world // max(1, local_world)))
+        node_rank = int(environ.get("GROUP_RANK") or int(environ.get("RANK", "0")) // max(1, local_world))
+    except (KeyError, ValueError) as exc:
+        raise DistributedError(f"started by a launcher (TORCHELASTIC_RUN_ID is set) but its environment is incomplete "
+                               f"or malformed ({exc}); run under torchrun, or unset TORCHELASTIC_RUN_ID") from None
+    store = f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}" if "MASTER_ADDR" in environ and "MASTER_PORT" in environ else None
+    return LauncherEnv(local_rank, local_world, node_rank, nnodes, store)
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """What ``adopt_launcher`` decided for this process."""
+
+    launched: bool = False  # started by a launcher at all
+    stand_aside: str | None = None  # a local rank other than 0: this message, exit 0
+    store_hosted: bool = False  # the launcher's agent holds the store at rdzv_endpoint: node 0 is a client too
+
+
+def adopt_launcher(overrides: dict, environ=os.environ) -> Adopted:
+    """Under torchrun: local rank 0 scans with the launcher's ranks per node (and nodes), launching
+    each trial's ranks itself; the other ranks stand aside. Local rank 0 gets ``overrides`` filled and
+    the launcher's variables cleared (they would leak into the trials' own launches)."""
+    env = launcher_env(environ)
+    if env is None:
+        return Adopted()
+    given = {"nproc_per_node": env.local_world_size, "nnodes": env.nnodes, "node_rank": env.node_rank}
+    for key, value in given.items():
+        if overrides.get(key) not in (None, value):
+            raise DistributedError(f"--{key.replace('_', '-')} {overrides[key]} contradicts the launcher's {value}: "
+                                   "under torchrun, leave it out (loadtune takes it from the launcher)")
+    if env.local_rank != 0:
+        return Adopted(True, f"loadtune: local rank {env.local_rank} stands aside: local rank 0 runs the scan, "
+                             f"launching {env.local_world_size} ranks per trial itself")
+    overrides.update(given)
+    hosted = False
+    if env.nnodes > 1 and overrides.get("rdzv_endpoint") is None and env.store:
+        overrides["rdzv_endpoint"], hosted = env.store, True
+    for name in LAUNCHER_VARS:
+        environ.pop(name, None)
+    return Adopted(True, None, hosted)
+
+
+def node_json_path(path: Path, nnodes: int, node_rank: int) -> Path:
+    """Each node saves its own result (nodes often share a file system): loadtune.node1.json."""
+    return path if nnodes <= 1 else path.with_name(f"{path.stem}.node{node_rank}{path.suffix}")
+
+
+def gather_nodes(endpoint: str, nnodes: int, node_rank: int, summary: dict, hosted: bool = False,
+                 timeout_s: float = 600.0) -> list[dict] | None:
+    """Bring every node's summary to node 0 through a torch.distributed TCPStore at ``endpoint``
+    (node 0 hosts it unless a launcher already does). Node 0 gets the summaries by node rank; the
+    other nodes get None once theirs is stored."""
+    from torch.distributed import TCPStore
+
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise DistributedError(f"rdzv_endpoint must be HOST:PORT, got {endpoint!r}")
+    is_master = node_rank == 0 and not hosted
+    store = TCPStore(host, int(port), None, is_master, timedelta(seconds=timeout_s), wait_for_workers=False)
+    store.set(f"loadtune/node{node_rank}", json.dumps(summary))
+    if node_rank != 0:
+        store.wait(["loadtune/all-read"])  # node 0 may host the store: it stays up until every node is told
+        store.set(f"loadtune/bye{node_rank}", "1")
+        return None
+    keys = [f"loadtune/node{r}" for r in range(nnodes)]
+    store.wait(keys)
+    out = [json.loads(store.get(k)) for k in keys]
+    store.set("loadtune/all-read", "1")
+    store.wait([f"loadtune/bye{r}" for r in range(1, nnodes)])
+    return out
