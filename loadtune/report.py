@@ -13,9 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from .plan import TrialConfig
+from . import bound as bound_mod
+from . import footprint
 from .check import PASS, REGRESSION, CheckResult, summary_line
 from .recommend import persistent_saving, snippet
-from .results import ConfigResult, ScanResult, Trial
+from .results import ConfigResult, ScanResult, StageCost, Trial
 
 BAR_WIDTH = 10
 BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -38,8 +40,10 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> str:
     return ("█" * full + (BLOCKS[rest] if rest else "")).ljust(width)
 
 
-def status_text(config: ConfigResult) -> Text:
+def status_text(config: ConfigResult, excluded: bool = False) -> Text:
     runs = sum(1 for t in config.trials if t.ok)
+    if config.ok and excluded:
+        return Text(f"excluded: {short_bytes(config.memory.peak_bytes)} > limit", style="magenta")
     if config.ok:
         return Text("ok" if runs == 1 else f"ok ×{runs}", style="green")
     return Text("failed", style="bold red")
@@ -63,6 +67,7 @@ def short_bytes(n: int | None) -> str:
 def trial_table(result: ScanResult) -> Table:
     """One row per trial, fastest first; fits 80 columns (the config column wraps, never the figures)."""
     rec = result.recommendation
+    excluded = {c.config for c in footprint.over_limit(result.configs, memory_limit(result))}
     top = max((t.estimate.median for t in result.configs if t.ok), default=0.0)
     table = Table(title="DataLoader configs, fastest first", title_justify="left", header_style="bold", pad_edge=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
@@ -86,7 +91,7 @@ def trial_table(result: ScanResult) -> Table:
             bar(est.median / top) if est and top else "",
             f"{trial.startup_s:.2f}s" if trial.startup_s is not None else "-",
             short_bytes(trial.memory.peak_bytes if trial.memory else None),
-            status_text(trial),
+            status_text(trial, trial.config in excluded),
         )
     for skip in result.skipped:
         table.add_row("", Text(skip.what, style="dim"), "-", "", "-", "-", Text("skipped", style="yellow"))
@@ -107,6 +112,9 @@ def notes(result: ScanResult) -> list[Text]:
     for t in configs:
         out += [Text(f"• {t.config.label()}: {w}", style="yellow") for w in t.warnings]
     out += [Text(f"• {note}", style="cyan") for note in result.notes]
+    cow = footprint.copy_on_write(configs)
+    if cow:
+        out.append(Text(f"• {cow}.", style="yellow"))
     out += [Text(f"• {s.what} skipped: {s.why}", style="yellow") for s in result.skipped]
     return out
 
@@ -114,6 +122,11 @@ def notes(result: ScanResult) -> list[Text]:
 def recommendation_panel(result: ScanResult) -> Panel:
     rec = result.recommendation
     if rec is None:
+        over = footprint.over_limit(result.configs, memory_limit(result))
+        if over and len(over) == len([c for c in result.configs if c.ok]):
+            return Panel(f"Every measured config exceeds the {footprint.size_text(memory_limit(result))} memory limit "
+                         "(--max-memory): raise it, or try fewer workers or a smaller batch size.",
+                         title="No recommendation", border_style="red")
         return Panel("No config could be measured: see the failures above.", title="No recommendation", border_style="red")
     pick = result.config_result(rec.config)
     est = pick.estimate
@@ -151,6 +164,8 @@ def recommendation_panel(result: ScanResult) -> Panel:
         )
     if len(rec.tied) > 1:
         lines.append("Tied within the noise: " + ", ".join(c.label() for c in rec.tied if c != rec.config) + "\n")
+    lines.append(bound_text(result))
+    lines.append(memory_text(result, pick))
     if result.state != "complete":
         lines.append(f"Partial scan ({result.state}): {len(result.trials)} trials finished.\n", style="yellow")
     opts = result.settings["options"]
@@ -162,6 +177,9 @@ def print_report(console: Console, result: ScanResult) -> None:
     console.print(trial_table(result))
     for note in notes(result):
         console.print(note)
+    diagnosis = diagnosis_table(result)
+    if diagnosis is not None:
+        console.print(diagnosis)
     console.print(recommendation_panel(result))
 
 
@@ -203,6 +221,9 @@ class ProgressDisplay:
     def trial_event(self, kind: str, payload: Any) -> None:
         pass
 
+    def profile_started(self) -> None:
+        self.progress.update(self.task, description="profiling the stages")
+
     def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None:
         rec = result.recommendation
         best = ""
@@ -225,3 +246,108 @@ def print_check(console: Console, outcome: CheckResult) -> None:
         console.print(f"  environment changed: {line}", style="yellow")
     style = {PASS: "bold green", REGRESSION: "bold red"}.get(outcome.status, "bold yellow")
     console.print(Text(outcome.status.upper() + (": " + "; ".join(outcome.reasons) if outcome.reasons else ""), style=style))
+
+
+def memory_limit(result: ScanResult) -> int | None:
+    return result.settings.get("options", {}).get("max_memory")
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.3g} µs"
+
+
+def cost_row(name: str, cost: StageCost | None, per_batch: float | None, note: str = "") -> list | None:
+    if cost is None or per_batch is None:
+        return None
+    spread = f"±{cost.rel_spread:.0%}" if cost.rel_spread < 0.995 else "noisy"
+    return [name, ms(per_batch), spread, note]
+
+
+def diagnosis_table(result: ScanResult) -> Table | None:
+    """Where the time goes: each stage's cost per batch (measured alone), then the ceilings they set."""
+    st, bound = result.stages, result.bound
+    if st is None or bound is None:
+        return None
+    c = bound_mod.BatchCosts.of(st)
+    b = st.batch_size
+    table = Table(title=f"Where the time goes (bs{b}: per batch, each stage measured alone)", title_justify="left",
+                  header_style="bold", pad_edge=False)
+    table.add_column("stage", ratio=1, min_width=14)
+    table.add_column("per batch", justify="right", no_wrap=True)
+    table.add_column("±", justify="right", no_wrap=True)
+    table.add_column("note", ratio=2)
+    wait = c.fetch_wall - c.fetch_cpu
+    rows = [
+        cost_row(bound_mod.DATASET_CPU, st.fetch_cpu, c.fetch_cpu, f"{ms(st.fetch_cpu.mean)} CPU per sample, one thread"),
+        cost_row(bound_mod.IO_WAIT, st.fetch_wall, wait, "dataset wall time less CPU (waiting, not computing)"),
+        cost_row(bound_mod.COLLATION, st.collate, c.collate, ""),
+        cost_row(bound_mod.HANDOFF, st.handoff, c.handoff - c.collate + c.touch,
+                 f"worker CPU to collate into shared memory and send{', first touch of its pages' if c.touch else ''}"),
+        cost_row(bound_mod.MAIN, st.receive, c.receive, "main thread CPU to receive a batch"),
+        cost_row(bound_mod.PIN, st.pin, c.pin, "pin thread"),
+        cost_row(bound_mod.COPY, st.copy, c.copy,
+                 f"{st.batch_bytes / (c.copy or 1) / 1e9:.1f} GB/s pinned" if c.copy else ""),
+        cost_row(bound_mod.STEP, st.step or st.consumer, c.step if c.cuda else (c.consumer if st.consumer else None),
+                 "the spec's step" + (" on the device" if c.cuda else "")),
+    ]
+    for row in rows:
+        if row is not None:
+            table.add_row(*row)
+    table.add_section()
+    for ceiling in sorted(bound.ceilings, key=lambda x: x.rate):
+        mark = " ◀" if ceiling == bound.ceiling else ""
+        table.add_row(Text(f"cap: {ceiling.name}{mark}", style="bold" if mark else ""),
+                      f"{rate(ceiling.rate)}/s" if ceiling.rate != float("inf") else "-", "", f"{ceiling.stage}: {ceiling.detail}")
+    table.caption = ("cap: samples/s that stage allows; ◀ the bound (the better of num_workers=0 and the lowest cap "
+                     f"with up to {bound.max_workers} workers)")
+    table.caption_justify = "left"
+    return table
+
+
+def bound_text(result: ScanResult) -> Text:
+    """The panel's lines on the bound: how close the pick is, what limits it, what would move it."""
+    bound = result.bound
+    out = Text()
+    if bound is None:
+        return out
+    fraction = bound_mod.pick_fraction(result)
+    out.append(f"Bound: {rate(bound.rate)} samples/s at batch size {bound.batch_size}, set by ")
+    out.append(bound.stage, style="bold")
+    out.append(f" ({bound.ceiling.name}: {bound.ceiling.detail})")
+    if fraction is not None:
+        reach = "at the bound" if fraction >= 0.995 else f"{fraction:.0%} of it"
+        out.append(f"; this config reaches {reach}.\n")
+    else:
+        out.append(f"; the recommended batch size differs, so it is not compared.\n")
+    if bound.workers_needed and bound.stage == bound_mod.IO_WAIT:
+        out.append(f"About {bound.workers_needed} workers would lift the workers' cap to the next one; "
+                   f"this scan tried up to {bound.max_workers}.\n")
+    if bound.advice:
+        out.append(f"To move it: {bound.advice}.\n")
+    return out
+
+
+def memory_text(result: ScanResult, pick: ConfigResult) -> Text:
+    """The panel's memory line for the pick, and what --max-memory left out."""
+    out = Text()
+    mem = pick.memory
+    if mem is not None:
+        workers = pick.config.num_workers
+        parts = [f"Memory: {footprint.size_text(mem.peak_bytes)} at peak (main process"
+                 + (f" + {workers} worker{'s' if workers != 1 else ''}" if workers else "") + f", {mem.method.upper()})"]
+        grown = footprint.config_growth(pick)
+        if grown is not None:
+            parts.append(f"grew {footprint.size_text(grown.bytes)} during the trial")
+        if mem.shm_peak_bytes:
+            parts.append(f"/dev/shm up to {footprint.size_text(mem.shm_peak_bytes)}")
+        if result.stages is not None and pick.config.pin_memory:
+            pinned = footprint.pinned_estimate(pick.config, result.stages.batch_bytes)
+            parts.append(f"pinned ≈ {footprint.size_text(pinned)} (estimate: batches in flight × batch bytes)")
+        out.append(", ".join(parts) + ".\n")
+    rec = result.recommendation
+    if rec is not None and rec.excluded:
+        over = [result.config_result(c) for c in rec.excluded]
+        out.append(f"Excluded by --max-memory {footprint.size_text(rec.max_memory)}: " + ", ".join(
+            f"{c.config.label()} ({footprint.size_text(c.memory.peak_bytes)})" for c in over if c and c.memory) + ".\n",
+            style="magenta")
+    return out

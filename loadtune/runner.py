@@ -43,6 +43,7 @@ class TrialRequest:
     options: LoaderOptions
     timeout_s: float
     start_method: str  # how DataLoader workers start in the user's training (a forkserver child would inherit forkserver)
+    task: str = "measure"  # "measure": the timed trial; "stages": the profiling run of stages.py (emits "stages")
 
 
 def context_for(source: SpecRef | LoadedSpec):
@@ -113,7 +114,12 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
             if conn.poll(10):
                 conn.recv()
 
-        measure(spec, request.config, torch.device(request.device), timing, request.options, emit, measured)
+        if request.task == "stages":
+            from .stages import profile  # the profiling run: its own process, like a trial, never inside one
+
+            profile(spec, request.config, torch.device(request.device), timing, request.options, emit)
+        else:
+            measure(spec, request.config, torch.device(request.device), timing, request.options, emit, measured)
         conn.send(("done", None))
     except BaseException as exc:  # noqa: BLE001 - everything is reported, nothing escapes
         if isinstance(exc, TrialFailure):
@@ -258,7 +264,7 @@ def run_trial(
                     sampler.maybe_sample(force=True)  # steady state, nothing timed now
                     recv.send("ack")
                 elif kind == "startup":
-                    sampler.maybe_sample(force=True)  # the workers are up: warm-up is untimed
+                    sampler.mark_startup()  # the workers are up: warm-up is untimed
             sampler.maybe_sample()
         if trial.error is None or trial.error.kind != "timeout":
             proc.join(10)
@@ -275,7 +281,7 @@ def run_trial(
         trial.memory = sampler.result() if sampler else None
         log_tail = read_tail(log_path)
         log_path.unlink(missing_ok=True)
-    if finished and trial.blocks:
+    if finished and (trial.blocks or request.task != "measure"):
         trial.status = "ok"
     elif trial.error is not None and trial.error.kind == "timeout" and len(trial.blocks) >= request.timing.min_blocks:
         trial.status = "ok"  # enough was measured before the limit: keep it, and say so

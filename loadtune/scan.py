@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import calibration
+from . import stages as stages_mod
 from . import machine as machine_mod
+from .footprint import parse_size
 from .measure import LoaderOptions, Timing
-from .plan import PlanError, SearchSpace, Skip, TrialConfig, build_grid, default_workers, reference_configs
+from .plan import PlanError, SearchSpace, Skip, TrialConfig, build_grid, default_workers, reference_configs, transfer_for
 from .recommend import NOISE_FLOOR, recommend
 from .results import ScanResult, SpecInfo, Trial, check_writable
 from .runner import TrialRequest, run_trial
@@ -57,9 +59,11 @@ class ScanOptions:
     budget: float | None = None  # seconds for the whole scan; no new trial starts past it
     confirm: int = 1  # rounds in which the contenders are re-measured side by side
     seed: int = 0  # trial order and shuffling
+    max_memory: int | str | None = None  # configs whose peak host memory exceeds this are not recommended ("8G")
+    diagnose: bool = True  # profile the stages once (where the time goes, the bound)
 
     def validate(self) -> None:
-        for name in ("pin", "persistent", "shuffle", "drop_last", "allow_reorder"):
+        for name in ("pin", "persistent", "shuffle", "drop_last", "allow_reorder", "diagnose"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (value is None and name in ("pin", "persistent")):
                 raise OptionsError(f"{name} must be true or false, got {value!r}")
@@ -83,6 +87,11 @@ class ScanOptions:
             raise OptionsError(f"target_spread must be a fraction in [0, 1), got {self.target_spread!r}")
         if not isinstance(self.noise_floor, (int, float)) or isinstance(self.noise_floor, bool) or not 0 <= self.noise_floor < 1:
             raise OptionsError(f"noise_floor must be a fraction in [0, 1), got {self.noise_floor!r}")
+        if self.max_memory is not None:
+            try:
+                self.max_memory = parse_size(self.max_memory)
+            except ValueError as exc:
+                raise OptionsError(f"max_memory (--max-memory): {exc}") from None
         if self.timeout <= self.warmup + self.block_time:
             raise OptionsError(f"timeout ({self.timeout:g} s) leaves no time to measure; raise it")
 
@@ -198,6 +207,7 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
         "grid_size": len(configs),
         "references": [c.key for c in references],
         "planned": [c.key for c in configs],
+        "max_workers": reachable_workers(opts, space, info.usable_cores),
     }
     result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=skips)
     if info.busy:
@@ -206,6 +216,13 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
             "cores): other work competes with the trials, so figures are noisier and lower; re-run on a quiet machine"
         )
     return Plan(source, spec, opts, info, device, strategy, result)
+
+
+def reachable_workers(opts: ScanOptions, space: SearchSpace, usable_cores: int) -> int:
+    """The most workers the scan may try: the adaptive search extends a default range up to its cap."""
+    if opts.search == "adaptive" and opts.workers is None:
+        return max(max(space.workers), MAX_WORKERS_FLOOR, 8 * usable_cores)
+    return max(space.workers)
 
 
 def make_strategy(
@@ -298,14 +315,20 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
             trial = run_trial(plan.source, request_for(config), observer.trial_event if observer else None)
             trial.reference, trial.round = config.key in references, round_
             result.trials.append(trial)
-            result.recommendation = recommend(result.trials, opts.noise_floor)
+            result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory)
             save()
             if observer:
                 observer.trial_finished(len(result.trials) - 1, trial, result)
+        if opts.diagnose and result.stages is None and result.recommendation is not None:
+            if opts.budget and time.monotonic() - started + 2 * expected_trial_s(result, opts) > opts.budget:
+                result.notes.append(f"stage profile skipped: the {opts.budget:g} s budget would be exceeded")
+            else:
+                profile_stages(plan, request_for(result.recommendation.config), observer)
+                save()
         calibrate()  # again at the end: drift during the scan shows as a difference
     except KeyboardInterrupt:
         result.state = "interrupted"
-        result.recommendation = recommend(result.trials, opts.noise_floor)
+        result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory)
         save()
         raise
     if isinstance(strategy, AdaptiveSearch):
@@ -315,6 +338,21 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     result.state = "complete"
     save()
     return result
+
+
+def profile_stages(plan: Plan, request: TrialRequest, observer: ScanObserver | None = None) -> None:
+    """Where the time goes: one profiling run (``stages.py``) at the recommended config's batch size,
+    in its own process. A failure leaves the scan's figures standing and says why in a note."""
+    config = TrialConfig(request.config.batch_size, 0, transfer=transfer_for(False, plan.device.startswith("cuda")),
+                         start_method=request.config.start_method)
+    if observer and hasattr(observer, "profile_started"):  # optional: older observers lack it
+        observer.profile_started()
+    costs, why = stages_mod.run_profile(plan.source, replace(request, config=config))
+    if costs is None:
+        plan.result.notes.append(f"stage profile failed, so there is no diagnosis: {why}")
+        return
+    costs.max_workers = plan.result.settings.get("max_workers")
+    plan.result.stages = costs
 
 
 def scan(

@@ -52,3 +52,14 @@ def batch_size_of(batch: Any) -> int | None:
                     return n
         return len(batch) if not (isinstance(batch, tuple) and hasattr(batch, "_fields")) else None
     return None
+
+
+def batch_bytes(batch: Any) -> int:
+    """Bytes of every tensor in a nested batch: what crosses between processes and to the device."""
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() * batch.element_size()
+    if isinstance(batch, dict):
+        return sum(batch_bytes(v) for v in batch.values())
+    if isinstance(batch, (list, tuple)):
+        return sum(batch_bytes(v) for v in batch)
+    return 0
