@@ -253,6 +253,8 @@ def memory_limit(result: ScanResult) -> int | None:
 
 
 def ms(seconds: float) -> str:
+    if seconds < 1e-6:
+        return "<1 µs"
     return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.3g} µs"
 
 
@@ -337,7 +339,8 @@ def memory_text(result: ScanResult, pick: ConfigResult) -> Text:
                  + (f" + {workers} worker{'s' if workers != 1 else ''}" if workers else "") + f", {mem.method.upper()})"]
         grown = footprint.config_growth(pick)
         if grown is not None:
-            parts.append(f"grew {footprint.size_text(grown.bytes)} during the trial")
+            parts.append(f"grew {footprint.size_text(grown.bytes)} during the trial" if grown.bytes >= footprint.GROWTH_NOISE
+                         else "no growth beyond the noise during the trial")
         if mem.shm_peak_bytes:
             parts.append(f"/dev/shm up to {footprint.size_text(mem.shm_peak_bytes)}")
         if result.stages is not None and pick.config.pin_memory:

@@ -253,7 +253,7 @@ def resume_from(plan: Plan, json_path: str | Path | None) -> None:
     old, new = ScanResult.load(json_path), plan.result
     if (old.spec.sha256, old.spec.factory, old.spec.dataset_type) != (new.spec.sha256, new.spec.factory, new.spec.dataset_type):
         raise OptionsError("cannot resume: the saved scan is of a different spec (the file or factory changed); start a new scan")
-    free = ("timeout", "budget")  # limits, not what is measured
+    free = ("timeout", "budget", "max_memory", "diagnose")  # limits and reports, not what is measured
     mine = {k: v for k, v in new.settings["options"].items() if k not in free}
     theirs = {k: v for k, v in old.settings.get("options", {}).items() if k not in free}
     changed = sorted(k for k in mine if mine[k] != theirs.get(k))

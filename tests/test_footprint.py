@@ -112,11 +112,10 @@ def test_scan_shows_the_diagnosis_and_the_memory_limit_excludes(tmp_path):
     assert data["stages"]["batch_size"] == 32 and data["stages"]["fetch_cpu"]["seconds"]
     assert data["settings"]["max_workers"] == 2
 
-    peaks = sorted(t["memory"]["peak_bytes"] for t in data["trials"])
-    limit = peaks[0] - 1  # below every config: each is excluded, and the panel says so
+    limit = 2**20  # below every config (a trial process alone holds far more): each is excluded, and the panel says so
     limited = tmp_path / "l.json"
     proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--json", limited, "-q", "--no-diagnose",
-                   "--max-memory", limit, *QUICK)
+                   "--max-memory", "1M", *QUICK)
     assert proc.returncode == 0, proc.stderr
     assert "excluded" in proc.stdout and "exceeds the" in proc.stdout and "Where the time goes" not in proc.stdout
     data = json.loads(limited.read_text())
