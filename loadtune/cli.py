@@ -128,6 +128,8 @@ def scan(
     confirm: Optional[int] = typer.Option(None, help="rounds re-measuring the contenders side by side (default: 1)"),
     timeout: Optional[float] = typer.Option(None, help="hard limit per trial in seconds (default: 120)"),
     seed: Optional[int] = typer.Option(None, help="seed of the trial order and of shuffling (default: 0)"),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="do not recommend configs whose measured peak host memory exceeds this, e.g. 8G or 512M (default: no limit)"),
+    diagnose: Optional[bool] = typer.Option(None, "--diagnose/--no-diagnose", help="profile the stages once: where the time goes and the bound (default: on)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="where to save the full result, rewritten after every trial (default: loadtune.json)"),
     resume: bool = typer.Option(False, "--resume", help="continue the interrupted scan saved at --json, without re-running its finished trials"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the recommendation (with its notes and snippet); no table, no progress"),
@@ -174,6 +176,8 @@ def scan(
             nnodes=nnodes,
             node_rank=node_rank,
             rdzv_endpoint=rdzv_endpoint,
+            max_memory=max_memory,
+            diagnose=diagnose,
         )
         adopted = distributed.adopt_launcher(overrides)  # under torchrun: its layout, local rank 0 scans
         if adopted.stand_aside:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .plan import DEFAULT_PREFETCH, TrialConfig
+from . import footprint
+from .plan import TrialConfig
 from .results import GPUUsage
 from .transfer import BatchInfo
 
@@ -41,11 +42,10 @@ def pinned_counted() -> int | None:
 
 
 def pinned_estimate(config: TrialConfig, batch: BatchInfo | None) -> int | None:
-    """Batch bytes x (prefetch_factor x num_workers + 1): what the pinning thread may hold at once."""
+    """``footprint.pinned_estimate`` from the first batch the trial saw; None when nothing is pinned."""
     if not config.pin_memory or batch is None:
         return None
-    in_flight = (config.prefetch_factor or DEFAULT_PREFETCH) * config.num_workers + 1
-    return batch.nbytes * in_flight
+    return footprint.pinned_estimate(config, batch.nbytes)
 
 
 def usage(device: torch.device, config: TrialConfig, batch: BatchInfo | None) -> GPUUsage:

@@ -38,12 +38,18 @@ def tree_memory(pid: int, include_parent: bool = True) -> tuple[int, int, str]:
     A trial is forked from a process that already imported torch; the pages it inherited are
     shared with that parent, and PSS charges half of each to the parent. Adding the parent's PSS
     counts them whole, as a standalone training process would hold them."""
+    total, counted, method, _ = tree_sample(pid, include_parent, shm=False)
+    return total, counted, method
+
+
+def tree_sample(pid: int, include_parent: bool = True, shm: bool = True) -> tuple[int, int, str, int]:
+    """``tree_memory``'s figures plus the bytes of /dev/shm segments the tree maps (0 when not asked)."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
         parent = root.parent()
     except psutil.Error:
-        return 0, 0, "pss"
+        return 0, 0, "pss", 0
     total, counted, method = 0, 0, "pss"
     for proc in procs:
         got = process_memory(proc)
@@ -55,7 +61,30 @@ def tree_memory(pid: int, include_parent: bool = True) -> tuple[int, int, str]:
         got = process_memory(parent)
         if got is not None and got[1] == "pss":
             total += got[0]
-    return total, counted, method
+    return total, counted, method, shm_mapped([p.pid for p in procs]) if shm else 0
+
+
+def shm_mapped(pids: list[int]) -> int:
+    """Bytes of /dev/shm segments mapped by these processes, each segment once (by inode).
+
+    DataLoader workers hand batches over in /dev/shm segments (unlinked at once, so invisible to
+    ``ls`` but still mapped): this is the shared memory the batches in flight hold. Reading
+    ``/proc/PID/maps`` is cheap next to PSS (no page-table walk); 0 where there is no /proc."""
+    segments: dict[str, int] = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    if "/dev/shm/" not in line:
+                        continue
+                    parts = line.split(None, 5)
+                    start, _, end = parts[0].partition("-")
+                    size = int(end, 16) - int(start, 16)
+                    inode = parts[4]
+                    segments[inode] = max(segments.get(inode, 0), size)
+        except (OSError, ValueError, IndexError):
+            continue
+    return sum(segments.values())
 
 
 @dataclass
@@ -72,6 +101,8 @@ class MemorySampler:
     method: str = "pss"
     samples: list[tuple[float, int]] = field(default_factory=list)
     timed: bool = False  # set while the trial's blocks are timed
+    shm_peak: int = 0
+    startup_index: int | None = None  # the sample taken when the workers were up
     _last: float = -1e9
     _cost: float = 0.0  # CPU seconds the last sample took (reading PSS walks every page table)
 
@@ -85,17 +116,24 @@ class MemorySampler:
             return
         self._last = now
         cpu = time.process_time()
-        total, procs, method = tree_memory(self.pid, self.include_parent)
+        total, procs, method, shm = tree_sample(self.pid, self.include_parent)
         self._cost = time.process_time() - cpu
         if procs == 0:
             return
         if method == "rss":
             self.method = "rss"
         self.peak = max(self.peak, total)
+        self.shm_peak = max(self.shm_peak, shm)
         self.peak_processes = max(self.peak_processes, procs)
         self.samples.append((round(now - self.start, 3), total))
+
+    def mark_startup(self) -> None:
+        """Sample now, the workers being up, and remember it: growth during the trial counts from here."""
+        self.maybe_sample(force=True)
+        if self.samples:
+            self.startup_index = len(self.samples) - 1
 
     def result(self) -> MemoryUsage | None:
         if not self.samples:
             return None
-        return MemoryUsage(self.peak, self.peak_processes, self.method, self.samples)
+        return MemoryUsage(self.peak, self.peak_processes, self.method, self.samples, self.startup_index, self.shm_peak)

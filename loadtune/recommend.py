@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from .footprint import over_limit, size_text
 from .plan import DEFAULT_PREFETCH, TrialConfig, transfer_cost
 from .results import ConfigResult, Recommendation, Trial, by_config
 from .stats import indistinguishable, ratio
@@ -49,10 +50,12 @@ def contenders(configs: list[ConfigResult], noise_floor: float = NOISE_FLOOR) ->
     return sorted((c for c in ok if indistinguishable(c.estimate, best.estimate, noise_floor)), key=cost)
 
 
-def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR) -> Recommendation | None:
-    """Pool the runs of each config, then pick the cheapest of the contenders."""
+def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory: int | None = None) -> Recommendation | None:
+    """Pool the runs of each config, then pick the cheapest of the contenders. Configs whose measured
+    peak memory exceeds ``max_memory`` (bytes) are left out of the choice, and listed."""
     configs = by_config(trials)
-    tied = contenders(configs, noise_floor)
+    excluded = over_limit(configs, max_memory)
+    tied = contenders([c for c in configs if c not in excluded], noise_floor)
     if not tied:
         return None
     best = max(tied, key=lambda c: c.estimate.median)
@@ -67,8 +70,17 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR) -> Recommen
         speedup=speed.value if speed else None,
         speedup_low=speed.low if speed else None,
         speedup_high=speed.high if speed and math.isfinite(speed.high) else None,
-        reason=explain(pick, best, tied),
+        reason=explain(pick, best, tied) + excluded_reason(excluded, max_memory),
+        excluded=[c.config for c in excluded],
+        max_memory=max_memory,
     )
+
+
+def excluded_reason(excluded: list[ConfigResult], limit: int | None) -> str:
+    if not excluded:
+        return ""
+    n = len(excluded)
+    return f"; {n} config{'s' if n != 1 else ''} over the {size_text(limit)} memory limit left out"
 
 
 def persistent_saving(configs: list[ConfigResult], config: TrialConfig, epoch_samples: int | None) -> float | None:

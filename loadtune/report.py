@@ -16,10 +16,12 @@ from rich.text import Text
 
 from .copyrate import copy_notes
 from .plan import TrialConfig
+from . import bound as bound_mod
+from . import footprint
 from .check import PASS, REGRESSION, CheckResult, summary_line
 from .compare import Comparison, ConfigDiff
 from .recommend import persistent_saving, snippet
-from .results import ConfigResult, ScanResult, Trial
+from .results import ConfigResult, ScanResult, StageCost, Trial
 from .view import Row, config_status, rows as view_rows
 
 BAR_WIDTH = 10
@@ -155,7 +157,8 @@ def row_cells(row: Row, rec, top: float) -> dict:
         "mem": short_bytes(trial.memory.peak_bytes if trial.memory else None),
         "wait": f"{trial.wait_fraction:.0%}" if trial.wait_fraction is not None else "-",
         "gbps": gbps(trial.h2d_gbps),
-        "status": status_cell(row.status, sum(1 for t in trial.trials if t.ok)),
+        "status": (Text(f"excluded: {short_bytes(trial.memory.peak_bytes)} > limit", style=STATUS_STYLES["excluded"])
+                   if row.status == "excluded" and trial.memory else status_cell(row.status, sum(1 for t in trial.trials if t.ok))),
     }
 
 
@@ -232,6 +235,9 @@ def notes(result: ScanResult) -> list[Text]:
         out += [Text(f"• {t.config.label()}: {w}", style="yellow") for w in t.warnings]
     out += [Text(f"• {note}", style="cyan") for note in result.notes]
     out += [Text(f"• {note}", style="cyan") for note in step_notes(result) + copy_notes(result) + gpu_notes(result)]
+    cow = footprint.copy_on_write(configs)
+    if cow:
+        out.append(Text(f"• {cow}.", style="yellow"))
     out += [Text(f"• {s.what} skipped: {s.why}", style="yellow") for s in result.skipped]
     return out
 
@@ -271,6 +277,11 @@ def gpu_notes(result: ScanResult) -> list[str]:
 def recommendation_panel(result: ScanResult) -> Panel:
     rec = result.recommendation
     if rec is None:
+        over = footprint.over_limit(result.configs, memory_limit(result))
+        if over and len(over) == len([c for c in result.configs if c.ok]):
+            return Panel(f"Every measured config exceeds the {footprint.size_text(memory_limit(result))} memory limit "
+                         "(--max-memory): raise it, or try fewer workers or a smaller batch size.",
+                         title="No recommendation", border_style="red")
         return Panel("No config could be measured: see the failures above.", title="No recommendation", border_style="red")
     pick = result.config_result(rec.config)
     est = pick.estimate
@@ -313,6 +324,8 @@ def recommendation_panel(result: ScanResult) -> Panel:
         )
     if len(rec.tied) > 1:
         lines.append("Tied within the noise: " + ", ".join(c.label() for c in rec.tied if c != rec.config) + "\n")
+    lines.append(bound_text(result))
+    lines.append(memory_text(result, pick))
     if result.state != "complete":
         lines.append(f"Partial scan ({result.state}): {len(result.trials)} trials finished.\n", style="yellow")
     opts = result.settings["options"]
@@ -330,6 +343,9 @@ def print_report(console: Console, result: ScanResult, rows: list[Row] | None = 
     total = len(view_rows(result))
     if rows is not None and len(rows) < total:
         console.print(f"showing {len(rows)} of {total} rows; ranks (#) and the recommendation are the whole scan's", style="dim")
+    diagnosis = diagnosis_table(result)
+    if diagnosis is not None:
+        console.print(diagnosis)
     print_recommendation(console, result)
 
 
@@ -378,6 +394,9 @@ class ProgressDisplay:
 
     def trial_event(self, kind: str, payload: Any) -> None:
         pass
+
+    def profile_started(self) -> None:
+        self.progress.update(self.task, description="profiling the stages")
 
     def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None:
         rec = result.recommendation
@@ -512,6 +531,62 @@ def build_comparison_table(cmp: Comparison, diffs: list[ConfigDiff], fold: int) 
         )
     table.caption = ("★A, ★B: each scan's recommendation · ±: 95% interval of the median · B/A: ratio with its interval · "
                      f"within noise: the intervals overlap or the medians are within {cmp.noise_floor:.0%}")
+
+
+def memory_limit(result: ScanResult) -> int | None:
+    return result.settings.get("options", {}).get("max_memory")
+
+
+def ms(seconds: float) -> str:
+    if seconds < 1e-6:
+        return "<1 µs"
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.3g} µs"
+
+
+def cost_row(name: str, cost: StageCost | None, per_batch: float | None, note: str = "") -> list | None:
+    if cost is None or per_batch is None:
+        return None
+    spread = f"±{cost.rel_spread:.0%}" if cost.rel_spread < 0.995 else "noisy"
+    return [name, ms(per_batch), spread, note]
+
+
+def diagnosis_table(result: ScanResult) -> Table | None:
+    """Where the time goes: each stage's cost per batch (measured alone), then the ceilings they set."""
+    st, bound = result.stages, result.bound
+    if st is None or bound is None:
+        return None
+    c = bound_mod.BatchCosts.of(st)
+    b = st.batch_size
+    table = Table(title=f"Where the time goes (bs{b}: per batch, each stage measured alone)", title_justify="left",
+                  header_style="bold", pad_edge=False)
+    table.add_column("stage", ratio=1, min_width=14)
+    table.add_column("per batch", justify="right", no_wrap=True)
+    table.add_column("±", justify="right", no_wrap=True)
+    table.add_column("note", ratio=2)
+    wait = c.fetch_wall - c.fetch_cpu
+    rows = [
+        cost_row(bound_mod.DATASET_CPU, st.fetch_cpu, c.fetch_cpu, f"{ms(st.fetch_cpu.mean)} CPU per sample, one thread"),
+        cost_row(bound_mod.IO_WAIT, st.fetch_wall, wait, "dataset wall time less CPU (waiting, not computing)"),
+        cost_row(bound_mod.COLLATION, st.collate, c.collate, ""),
+        cost_row(bound_mod.HANDOFF, st.handoff, c.handoff - c.collate + c.touch,
+                 f"worker CPU to collate into shared memory and send{', first touch of its pages' if c.touch else ''}"),
+        cost_row(bound_mod.MAIN, st.receive, c.receive, "main thread CPU to receive a batch"),
+        cost_row(bound_mod.PIN, st.pin, c.pin, "pin thread"),
+        cost_row(bound_mod.COPY, st.copy, c.copy,
+                 f"{st.batch_bytes / (c.copy or 1) / 1e9:.1f} GB/s pinned" if c.copy else ""),
+        cost_row(bound_mod.STEP, st.step or st.consumer, c.step if c.cuda else (c.consumer if st.consumer else None),
+                 "the spec's step" + (" on the device" if c.cuda else "")),
+    ]
+    for row in rows:
+        if row is not None:
+            table.add_row(*row)
+    table.add_section()
+    for ceiling in sorted(bound.ceilings, key=lambda x: x.rate):
+        mark = " ◀" if ceiling == bound.ceiling else ""
+        table.add_row(Text(f"cap: {ceiling.name}{mark}", style="bold" if mark else ""),
+                      f"{rate(ceiling.rate)}/s" if ceiling.rate != float("inf") else "-", "", f"{ceiling.stage}: {ceiling.detail}")
+    table.caption = ("cap: samples/s that stage allows; ◀ the bound (the better of num_workers=0 and the lowest cap "
+                     f"with up to {bound.max_workers} workers)")
     table.caption_justify = "left"
     return table
 
@@ -544,3 +619,54 @@ def print_comparison(console: Console, cmp: Comparison, diffs: list[ConfigDiff])
     console.print(", ".join(f"{n} {verdict}" for verdict, n in counts.items()), style="dim")
     for side, pick in (("A", cmp.a_pick), ("B", cmp.b_pick)):
         console.print(Text.assemble((f"{side} recommends ", "bold"), pick.label() if pick else "nothing (no config measured)"))
+
+
+def bound_text(result: ScanResult) -> Text:
+    """The panel's lines on the bound: how close the pick is, what limits it, what would move it."""
+    bound = result.bound
+    out = Text()
+    if bound is None:
+        return out
+    fraction = bound_mod.pick_fraction(result)
+    out.append(f"Bound: {rate(bound.rate)} samples/s at batch size {bound.batch_size}, set by ")
+    out.append(bound.stage, style="bold")
+    out.append(f" ({bound.ceiling.name}: {bound.ceiling.detail})")
+    if fraction is not None:
+        reach = "at the bound" if fraction >= 0.995 else f"{fraction:.0%} of it"
+        out.append(f"; this config reaches {reach}.\n")
+    else:
+        out.append(f"; the recommended batch size differs, so it is not compared.\n")
+    if bound.workers_needed and bound.stage == bound_mod.IO_WAIT:
+        out.append(f"About {bound.workers_needed} workers would lift the workers' cap to the next one; "
+                   f"this scan tried up to {bound.max_workers}.\n")
+    if bound.advice:
+        out.append(f"To move it: {bound.advice}.\n")
+    return out
+
+
+def memory_text(result: ScanResult, pick: ConfigResult) -> Text:
+    """The panel's memory line for the pick, and what --max-memory left out."""
+    out = Text()
+    mem = pick.memory
+    if mem is not None:
+        workers = pick.config.num_workers
+        parts = [f"Memory: {footprint.size_text(mem.peak_bytes)} at peak (main process"
+                 + (f" + {workers} worker{'s' if workers != 1 else ''}" if workers else "") + f", {mem.method.upper()})"]
+        grown = footprint.config_growth(pick)
+        if grown is not None:
+            parts.append(f"grew {footprint.size_text(grown.bytes)} during the trial" if grown.bytes >= footprint.GROWTH_NOISE
+                         else "no growth beyond the noise during the trial")
+        if mem.shm_peak_bytes:
+            parts.append(f"/dev/shm up to {footprint.size_text(mem.shm_peak_bytes)}")
+        counted = any(t.gpu is not None and t.gpu.pinned_bytes for t in pick.trials)  # then the GPU line says it
+        if result.stages is not None and pick.config.pin_memory and not counted:
+            pinned = footprint.pinned_estimate(pick.config, result.stages.batch_bytes)
+            parts.append(f"pinned ≈ {footprint.size_text(pinned)} (estimate: batches in flight × batch bytes)")
+        out.append(", ".join(parts) + ".\n")
+    rec = result.recommendation
+    if rec is not None and rec.excluded:
+        over = [result.config_result(c) for c in rec.excluded]
+        out.append(f"Excluded by --max-memory {footprint.size_text(rec.max_memory)}: " + ", ".join(
+            f"{c.config.label()} ({footprint.size_text(c.memory.peak_bytes)})" for c in over if c and c.memory) + ".\n",
+            style="magenta")
+    return out

@@ -58,6 +58,8 @@ class MemoryUsage:
     peak_processes: int
     method: str  # "pss": shared pages split between sharers; "rss": summed, overcounts shared pages
     samples: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, bytes)
+    startup_index: int | None = None  # the sample taken once the workers were up (growth is measured from it)
+    shm_peak_bytes: int | None = None  # /dev/shm segments mapped by the tree at once, at most (batches in flight)
 
 
 def block_dict(block: Block) -> dict:
@@ -341,6 +343,8 @@ class Recommendation:
     speedup_low: float | None
     speedup_high: float | None
     reason: str
+    excluded: list[TrialConfig] = field(default_factory=list)  # measured peak memory over --max-memory
+    max_memory: int | None = None  # the limit in bytes, when one was set
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -351,6 +355,85 @@ class Recommendation:
         for key in ("config", "best", "baseline"):
             data[key] = TrialConfig.from_dict(data[key]) if data.get(key) else None
         data["tied"] = [TrialConfig.from_dict(c) for c in data.get("tied", [])]
+        data["excluded"] = [TrialConfig.from_dict(c) for c in data.get("excluded", [])]
+        return cls(**data)
+
+
+@dataclass
+class StageCost:
+    """One stage's cost, measured repeatedly: ``seconds[i]`` spent on ``units[i]`` samples or batches.
+
+    The mean (total seconds / total units) is what a long run pays, and so what bounds throughput;
+    the interval comes from the spread of the per-unit values, as for throughput (``stats.estimate``)."""
+
+    seconds: list[float]
+    units: list[int]
+
+    @property
+    def values(self) -> list[float]:
+        return [s / u for s, u in zip(self.seconds, self.units) if u > 0]
+
+    @property
+    def mean(self) -> float:
+        total = sum(self.units)
+        return sum(self.seconds) / total if total else 0.0
+
+    @property
+    def estimate(self) -> Estimate | None:
+        values = self.values
+        return estimate(values) if values else None
+
+    @property
+    def rel_spread(self) -> float:
+        est = self.estimate
+        return est.rel_spread if est else float("inf")
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "StageCost | None":
+        return cls(list(data["seconds"]), list(data["units"])) if data else None
+
+
+@dataclass
+class StageCosts:
+    """Where the time goes, from one profiling run of the dataset in an isolated process (``stages.py``).
+
+    Per sample: the dataset's fetch, CPU and wall time in a worker-like process (one torch thread);
+    wall minus CPU is waiting (storage, network). Per batch: collation, a worker's CPU to collate
+    into shared memory and send, the main process's CPU to receive, the consumer (on a batch made
+    locally and on one received from a worker: the difference is the first touch of shared pages),
+    and with CUDA pinning, the host-to-device copy and the step on the device."""
+
+    batch_size: int
+    device: str
+    fetch_cpu: StageCost  # s per sample
+    fetch_wall: StageCost  # s per sample, less the time spent waiting for a CPU (another process's load is not I/O)
+    collate: StageCost  # s per batch
+    fetch_main: StageCost | None = None  # s per sample, wall less CPU waits, with the main process's torch threads (num_workers=0)
+    handoff: StageCost | None = None  # s per batch: a worker's CPU to collate into shared memory and send
+    receive: StageCost | None = None  # s per batch: the main thread's CPU to receive a batch from a worker
+    consumer: StageCost | None = None  # s per batch: copy + step on a batch collated in this process
+    consumer_received: StageCost | None = None  # s per batch: the same on a batch received from a worker
+    pin: StageCost | None = None  # s per batch (CUDA only)
+    copy: StageCost | None = None  # s per batch, pinned, non_blocking, synchronised (CUDA only)
+    step: StageCost | None = None  # s per batch, on a batch already on the device (CUDA only)
+    batch_bytes: int = 0  # bytes of the tensors in one batch
+    torch_threads: int = 1  # the main process's intra-op threads
+    max_workers: int | None = None  # the most workers the scan could try (the bound's I/O ceiling)
+    wall_s: float = 0.0
+    error: str | None = None  # the profile failed: the scan's figures stand, the diagnosis is missing
+    notes: list[str] = field(default_factory=list)
+
+    COSTS = ("fetch_cpu", "fetch_wall", "collate", "fetch_main", "handoff", "receive", "consumer",
+             "consumer_received", "pin", "copy", "step")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StageCosts":
+        data = dict(data)
+        for name in cls.COSTS:
+            data[name] = StageCost.from_dict(data.get(name))
         return cls(**data)
 
 
@@ -378,6 +461,7 @@ class ScanResult:
     notes: list[str] = field(default_factory=list)  # what the search did beyond the grid, machine warnings
     calibration: list[Trial] = field(default_factory=list)  # loadtune's yardstick workload, same run
     recommendation: Recommendation | None = None
+    stages: StageCosts | None = None  # the profiling run: where the time goes (None: not run, or an old file)
     state: str = "running"  # "running" | "complete" | "interrupted"
     h2d_peak_gbps: float | None = None  # pinned host-to-device GB/s of the device, measured before the trials
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
@@ -393,6 +477,13 @@ class ScanResult:
 
     def config_result(self, config: TrialConfig) -> ConfigResult | None:
         return next((c for c in self.configs if c.config == config), None)
+
+    @property
+    def bound(self):
+        """The highest throughput any config could reach, from the stage costs (``bound.Bound``), or None."""
+        from .bound import scan_bound  # bound.py reads this model: imported here, not at the top
+
+        return scan_bound(self)
 
     def to_dict(self) -> dict:
         return {
@@ -410,6 +501,7 @@ class ScanResult:
             "trials": [t.to_dict() for t in self.trials],
             "recommendation": self.recommendation.to_dict() if self.recommendation else None,
             "h2d_peak_gbps": self.h2d_peak_gbps,
+            "stages": self.stages.to_dict() if self.stages else None,
         }
 
     @classmethod
@@ -434,6 +526,7 @@ class ScanResult:
                 notes=list(data.get("notes", [])),
                 calibration=[Trial.from_dict(t) for t in data.get("calibration", [])],
                 recommendation=Recommendation.from_dict(data["recommendation"]) if data.get("recommendation") else None,
+                stages=StageCosts.from_dict(data["stages"]) if data.get("stages") else None,
                 state=data["state"],
                 created=data["created"],
                 loadtune_version=data["loadtune_version"],

@@ -51,6 +51,7 @@ class TrialRequest:
     start_method: str  # how DataLoader workers start in the user's training (a forkserver child would inherit forkserver)
     workload: StepWorkload | None = None  # the calibrated synthetic step of --step-ms, in place of the spec's
     ranks: RankSetup | None = None  # several ranks per trial, launched by torch.distributed's elastic agent
+    task: str = "measure"  # "measure": the timed trial; "stages": the profiling run of stages.py (emits "stages")
 
 
 def context_for(source: SpecRef | LoadedSpec, device: str = "cpu"):
@@ -128,8 +129,13 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
 
             run_ranks(source, spec, replace(request, timing=timing), conn, ranks_dir(log_path))
             return
-        measure(spec, request.config, torch.device(request.device), timing, request.options, emit, measured,
-                workload=request.workload)
+        if request.task == "stages":
+            from .stages import profile  # the profiling run: its own process, like a trial, never inside one
+
+            profile(spec, request.config, torch.device(request.device), timing, request.options, emit)
+        else:
+            measure(spec, request.config, torch.device(request.device), timing, request.options, emit, measured,
+                    workload=request.workload)
         conn.send(("done", None))
     except BaseException as exc:  # noqa: BLE001 - everything is reported, nothing escapes
         error = error_for(exc, spec, request.config.batch_size)
@@ -296,7 +302,7 @@ def run_trial(
                     sampler.maybe_sample(force=True)  # steady state, nothing timed now
                     recv.send("ack")
                 elif kind == "startup":
-                    sampler.maybe_sample(force=True)  # the workers are up: warm-up is untimed
+                    sampler.mark_startup()  # the workers are up: warm-up is untimed
             sampler.maybe_sample()
             if gpu_sampler is not None:
                 gpu_sampler.maybe_sample()
@@ -320,7 +326,7 @@ def run_trial(
         log_tail = read_tail(log_path)
         log_path.unlink(missing_ok=True)
     trial.settle_ranks()
-    if finished and trial.blocks:
+    if finished and (trial.blocks or request.task != "measure"):
         trial.status = "ok"
     elif trial.error is not None and trial.error.kind == "timeout" and len(trial.blocks) >= request.timing.min_blocks:
         trial.status = "ok"  # enough was measured before the limit: keep it, and say so

@@ -19,8 +19,10 @@ from . import calibration
 from . import distributed
 from . import machine as machine_mod
 from . import probe as probe_mod
+from . import stages as stages_mod
+from .footprint import parse_size
 from .measure import LoaderOptions, Timing
-from .plan import PlanError, SearchSpace, Skip, TrialConfig, build_grid, default_workers, reference_configs
+from .plan import PlanError, SearchSpace, Skip, TrialConfig, build_grid, default_workers, reference_configs, transfer_for
 from .recommend import NOISE_FLOOR, recommend
 from .results import ScanResult, SpecInfo, Trial, check_writable
 from .runner import TrialRequest, run_trial
@@ -68,6 +70,8 @@ class ScanOptions:
     nnodes: int = 1  # nodes of the training job: each rank's shard is 1/(nnodes x nproc_per_node) of the dataset
     node_rank: int = 0  # which node this is (its ranks' shards)
     rdzv_endpoint: str | None = None  # HOST:PORT where the nodes' picks meet for node 0's per-node summary
+    max_memory: int | str | None = None  # configs whose peak host memory exceeds this are not recommended ("8G")
+    diagnose: bool = True  # profile the stages once (where the time goes, the bound)
 
     def validate(self) -> None:
         if self.step_ms is not None:
@@ -75,7 +79,7 @@ class ScanOptions:
                 check_step_ms(self.step_ms)
             except WorkloadError as exc:
                 raise OptionsError(str(exc)) from None
-        for name in ("pin", "persistent", "shuffle", "drop_last", "allow_reorder"):
+        for name in ("pin", "persistent", "shuffle", "drop_last", "allow_reorder", "diagnose"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (value is None and name in ("pin", "persistent")):
                 raise OptionsError(f"{name} must be true or false, got {value!r}")
@@ -99,6 +103,11 @@ class ScanOptions:
             raise OptionsError(f"target_spread must be a fraction in [0, 1), got {self.target_spread!r}")
         if not isinstance(self.noise_floor, (int, float)) or isinstance(self.noise_floor, bool) or not 0 <= self.noise_floor < 1:
             raise OptionsError(f"noise_floor must be a fraction in [0, 1), got {self.noise_floor!r}")
+        if self.max_memory is not None:
+            try:
+                self.max_memory = parse_size(self.max_memory)
+            except ValueError as exc:
+                raise OptionsError(f"max_memory (--max-memory): {exc}") from None
         if self.timeout <= self.warmup + self.block_time:
             raise OptionsError(f"timeout ({self.timeout:g} s) leaves no time to measure; raise it")
 
@@ -220,6 +229,7 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
         "grid_size": len(configs),
         "references": [c.key for c in references],
         "planned": [c.key for c in configs],
+        "max_workers": reachable_workers(opts, space, info.usable_cores),
     }
     if isinstance(source, LoadedSpec) and accelerator:
         check_picklable(source)
@@ -280,6 +290,18 @@ def workload_of(result: ScanResult) -> StepWorkload | None:
     return StepWorkload.from_dict(data) if data else None
 
 
+def worker_cap(usable_cores: int, ranks: int) -> int:
+    """The most workers per rank the adaptive search may extend a default range to (memory allowing)."""
+    return max(MAX_WORKERS_FLOOR, 8 * usable_cores) // ranks
+
+
+def reachable_workers(opts: ScanOptions, space: SearchSpace, usable_cores: int) -> int:
+    """The most workers (per rank) the scan may try: the adaptive search extends a default range up to its cap."""
+    if opts.search == "adaptive" and opts.workers is None:
+        return max(max(space.workers), worker_cap(usable_cores, opts.nproc_per_node))
+    return max(space.workers)
+
+
 def make_strategy(
     opts: ScanOptions,
     space: SearchSpace,
@@ -295,7 +317,7 @@ def make_strategy(
         return GridSearch(order, opts.noise_floor, opts.confirm, opts.seed)
     return AdaptiveSearch(
         space, accelerator, [c for c in configs if c.is_pytorch_default] + references, opts.noise_floor,
-        max_workers=max(MAX_WORKERS_FLOOR, 8 * info.usable_cores) // opts.nproc_per_node,  # per rank
+        max_workers=worker_cap(info.usable_cores, opts.nproc_per_node),
         memory_available=info.memory_available_bytes,
         confirm_rounds=opts.confirm, seed=opts.seed, extend=opts.workers is None,
     )
@@ -309,7 +331,7 @@ def resume_from(plan: Plan, json_path: str | Path | None) -> None:
     old, new = ScanResult.load(json_path), plan.result
     if (old.spec.sha256, old.spec.factory, old.spec.dataset_type) != (new.spec.sha256, new.spec.factory, new.spec.dataset_type):
         raise OptionsError("cannot resume: the saved scan is of a different spec (the file or factory changed); start a new scan")
-    free = ("timeout", "budget", "rdzv_endpoint")  # limits and meeting points, not what is measured
+    free = ("timeout", "budget", "rdzv_endpoint", "max_memory", "diagnose")  # limits, meeting points and reports, not what is measured
     mine = {k: v for k, v in new.settings["options"].items() if k not in free}
     theirs = {k: v for k, v in {**asdict(ScanOptions()), **old.settings.get("options", {})}.items() if k not in free}
     changed = sorted(k for k in mine if mine[k] != theirs.get(k))
@@ -377,14 +399,20 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
             trial = run_trial(plan.source, request_for(config), observer.trial_event if observer else None)
             trial.reference, trial.round = config.key in references, round_
             result.trials.append(trial)
-            result.recommendation = recommend(result.trials, opts.noise_floor)
+            result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory)
             save()
             if observer:
                 observer.trial_finished(len(result.trials) - 1, trial, result)
+        if opts.diagnose and result.stages is None and result.recommendation is not None:
+            if opts.budget and time.monotonic() - started + 2 * expected_trial_s(result, opts) > opts.budget:
+                result.notes.append(f"stage profile skipped: the {opts.budget:g} s budget would be exceeded")
+            else:
+                profile_stages(plan, request_for(result.recommendation.config), observer)
+                save()
         calibrate()  # again at the end: drift during the scan shows as a difference
     except KeyboardInterrupt:
         result.state = "interrupted"
-        result.recommendation = recommend(result.trials, opts.noise_floor)
+        result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory)
         save()
         raise
     if isinstance(strategy, AdaptiveSearch):
@@ -394,6 +422,21 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     result.state = "complete"
     save()
     return result
+
+
+def profile_stages(plan: Plan, request: TrialRequest, observer: ScanObserver | None = None) -> None:
+    """Where the time goes: one profiling run (``stages.py``) at the recommended config's batch size,
+    in its own process. A failure leaves the scan's figures standing and says why in a note."""
+    config = TrialConfig(request.config.batch_size, 0, transfer=transfer_for(False, plan.device.startswith("cuda")),
+                         start_method=request.config.start_method)
+    if observer and hasattr(observer, "profile_started"):  # optional: older observers lack it
+        observer.profile_started()
+    costs, why = stages_mod.run_profile(plan.source, replace(request, config=config))
+    if costs is None:
+        plan.result.notes.append(f"stage profile failed, so there is no diagnosis: {why}")
+        return
+    costs.max_workers = plan.result.settings.get("max_workers")
+    plan.result.stages = costs
 
 
 def scan(

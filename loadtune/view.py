@@ -64,8 +64,9 @@ def rows(result: ScanResult) -> list[Row]:
     """Every row in the table's default order: measured configs fastest first, then the others in
     run order, then what was skipped."""
     configs = result.configs
+    excluded = set(result.recommendation.excluded) if result.recommendation else set()  # --max-memory
     ok = sorted((c for c in configs if c.ok), key=lambda c: -c.estimate.median)
-    out = [Row("ok", c, rank=i) for i, c in enumerate(ok, 1)]
+    out = [Row("excluded" if c.config in excluded else "ok", c, rank=i) for i, c in enumerate(ok, 1)]
     out += [Row(config_status(c), c) for c in configs if not c.ok]
     out += [Row("skipped", skip=s) for s in result.skipped]
     return out

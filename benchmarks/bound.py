@@ -1,0 +1,179 @@
+"""How close does the recommended config get to the computed bound, and is the limiting stage right? (SPEC §6)
+
+For each dataset archetype in ``benchmarks/archetypes/`` it runs a default scan (the adaptive search,
+loadtune's own worker range, extended while throughput rises; the stage profile on) with the timing
+settings given, then reports:
+
+- the bound (samples/s) and the stage that sets it, from the scan's stage profile;
+- the recommended config's throughput as a fraction of the bound (target >= 0.90 on the CPU-bound and
+  storage-latency-bound archetypes; the others are reported, not judged);
+- whether the named limiting stage is one the archetype was built to have, and whether the profile sees
+  the dataset itself as built (computing, waiting, or moving bytes): past enough workers a waiting
+  dataset's small CPU share can become the cap, as ``storage_latency``'s docstring says.
+
+    python benchmarks/bound.py --out benchmarks/bound.json
+    python benchmarks/bound.py --archetypes cpu_bound,storage_latency --warmup 0.3 --block-time 0.2 --out /tmp/b.json
+
+Every figure, and each scan's full result (stages included), goes to the JSON file given by ``--out``,
+rewritten after each archetype. Run it on an otherwise idle machine: the trials' throughput competes
+with anything else for the cores, while the bound comes from CPU time and waits measured alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import loadtune  # before torch: it silences torch's warning about a missing numpy
+import torch
+from loadtune.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, pick_fraction
+from loadtune.results import check_writable, write_atomic
+
+HERE = Path(__file__).resolve().parent
+ARCHETYPES = ["cpu_bound", "storage_latency", "large_tensors", "tiny_dataset", "heavy_tail", "iterable"]
+# the stage each archetype was built to be bound by (any of these counts as right)
+EXPECTED = {
+    "cpu_bound": {DATASET_CPU},
+    "storage_latency": {IO_WAIT},
+    "large_tensors": {COLLATION, HANDOFF, MAIN, STEP},  # moving bytes: collating, handing over, first touch
+    "tiny_dataset": {DATASET_CPU},
+    "heavy_tail": {DATASET_CPU},
+    "iterable": {DATASET_CPU},
+}
+# what the profile must see in the dataset itself, whatever caps throughput at the top of the worker range
+# (past enough workers a waiting dataset's own CPU share can become the cap, as storage_latency's docstring says)
+BUILT_AS = {
+    "cpu_bound": "computing", "storage_latency": "waiting", "large_tensors": "moving bytes",
+    "tiny_dataset": "computing", "heavy_tail": "computing", "iterable": "computing",
+}
+JUDGED = {"cpu_bound", "storage_latency"}  # the >= 90% target applies to these
+TARGET = 0.90
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def character(stages) -> str | None:
+    """What the dataset's own time is, per the profile: waiting, computing, or moving bytes."""
+    if stages is None:
+        return None
+    b = stages.batch_size
+    cpu, wall = b * stages.fetch_cpu.mean, b * stages.fetch_wall.mean
+    moving = stages.collate.mean + (stages.handoff.mean if stages.handoff else 0.0)
+    if moving > wall:
+        return "moving bytes"
+    return "waiting" if wall - cpu > cpu else "computing"
+
+
+def run_archetype(name: str, args: argparse.Namespace, folder: Path) -> dict:
+    spec = str(HERE / "archetypes" / f"{name}.py")
+    started = time.monotonic()
+    load_start = load_average()
+    json_path = folder / f"bound-{name}.json"
+    result = loadtune.scan(spec, json_path=json_path, warmup=args.warmup, block_time=args.block_time,
+                           blocks=args.blocks, timeout=args.timeout, seed=args.seed)
+    bound = result.bound
+    rec = result.recommendation
+    pick = result.config_result(rec.config) if rec else None
+    fraction = pick_fraction(result)
+    record = {
+        "archetype": name,
+        "wall_s": time.monotonic() - started,
+        "load_average_start": load_start,
+        "load_average_end": load_average(),
+        "pick": rec.config.label() if rec else None,
+        "pick_rate": pick.estimate.median if pick and pick.ok else None,
+        "pick_rel_spread": pick.estimate.rel_spread if pick and pick.ok else None,
+        "bound": bound.rate if bound else None,
+        "bound_ceiling": bound.ceiling.name if bound else None,
+        "bound_detail": bound.ceiling.detail if bound else None,
+        "limiting_stage": bound.stage if bound else None,
+        "expected_stages": sorted(EXPECTED[name]),
+        "stage_right": (bound.stage in EXPECTED[name]) if bound else None,
+        "dataset_character": character(result.stages),
+        "built_as": BUILT_AS[name],
+        "character_right": character(result.stages) == BUILT_AS[name] if result.stages else None,
+        "fraction": fraction,
+        "judged": name in JUDGED,
+        "meets_target": (fraction >= TARGET) if fraction is not None and name in JUDGED else None,
+        "ceilings": [{"name": c.name, "rate": c.rate, "stage": c.stage, "detail": c.detail} for c in bound.ceilings] if bound else [],
+        "workers_measured": sorted({c.config.num_workers for c in result.configs}),
+        "result": json.loads(json_path.read_text()),
+    }
+    return record
+
+
+def fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_row(r: dict) -> None:
+    verdict = {True: "ok", False: "MISS", None: "n/a"}
+    print(f"  {r['archetype']:16s} pick {r['pick'] or '-':22s} {fmt(r['pick_rate'], ',.0f'):>9s}/s  "
+          f"bound {fmt(r['bound'], ',.0f'):>9s}/s ({r['bound_ceiling']})  fraction {fmt(r['fraction'], '.2f'):>5s} "
+          f"[{verdict[r['meets_target']]}]  stage: {r['limiting_stage']} [{verdict[r['stage_right']]}]  "
+          f"dataset: {r['dataset_character']} [{verdict[r['character_right']]}]  "
+          f"({r['wall_s']:.0f} s, load {r['load_average_start']} -> {r['load_average_end']})", flush=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="JSON file for every figure (rewritten after each archetype)")
+    p.add_argument("--archetypes", help=f"comma-separated subset of: {', '.join(ARCHETYPES)}")
+    p.add_argument("--warmup", type=float, default=1.0, help="per trial, seconds (default: loadtune's 1.0)")
+    p.add_argument("--block-time", type=float, default=0.5, help="per timed block, seconds (default: loadtune's 0.5)")
+    p.add_argument("--blocks", type=int, default=10, help="timed blocks per trial, at most (default: loadtune's 10)")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    names = [n.strip() for n in args.archetypes.split(",")] if args.archetypes else ARCHETYPES
+    unknown = [n for n in names if n not in ARCHETYPES]
+    if unknown:
+        p.error(f"unknown archetype(s) {', '.join(unknown)}; choose from {', '.join(ARCHETYPES)}")
+    args.names = names
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    check_writable(out)
+    folder = out.parent / (out.stem + "-scans")
+    folder.mkdir(exist_ok=True)
+    print(f"bound benchmark: {', '.join(args.names)}; warmup {args.warmup:g} s, blocks up to {args.blocks} x "
+          f"{args.block_time:g} s; load average {load_average()}", flush=True)
+    document = {
+        "benchmark": "bound",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+                    "loadtune": loadtune.__version__},
+        "target_fraction": TARGET,
+        "archetypes": [],
+    }
+    for name in args.names:
+        record = run_archetype(name, args, folder)
+        document["archetypes"].append(record)
+        print_row(record)
+        write_atomic(out, json.dumps(document, indent=1, default=str) + "\n")
+    judged = [r for r in document["archetypes"] if r["judged"] and r["fraction"] is not None]
+    right = [r for r in document["archetypes"] if r["stage_right"]]
+    built = [r for r in document["archetypes"] if r["character_right"]]
+    print(f"\n  fraction of the bound: target >= {TARGET:.2f} met on {sum(1 for r in judged if r['meets_target'])}/{len(judged)} "
+          f"judged archetypes; limiting stage as built: {len(right)}/{len(document['archetypes'])}; "
+          f"dataset seen as built: {len(built)}/{len(document['archetypes'])}")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

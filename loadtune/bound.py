@@ -1,0 +1,216 @@
+"""The bound (SPEC §6): the highest throughput any config could reach, from the stage costs, as pure functions.
+
+In the spirit of Plumber (MLSys'22): each stage of the data path caps throughput on its own, and the
+lowest cap is the bound. With workers, the caps are
+
+- CPU: all the CPU a batch costs (the dataset's fetch, collation, the hand-off on both sides, the
+  main thread's receiving and, on the CPU, the step) shared by the usable cores;
+- workers: each worker makes its batches one after another, waiting included, so the most workers
+  the search may try (the scan's worker range) make at most that many batches at a time;
+- the main thread: it receives every batch and (without an accelerator) runs the step, one at a time;
+- with CUDA: the pin thread, the copy engine, and the step on the device.
+
+Without workers (``num_workers=0``) everything runs in turn in the main process. The bound is the
+better of the two modes; the stage named is the largest share of the cap that sets it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .results import ScanResult, StageCosts
+
+DATASET_CPU = "dataset CPU work"
+IO_WAIT = "I/O wait"
+COLLATION = "collation"
+HANDOFF = "hand-off between processes"
+MAIN = "main process"
+PIN = "pinning"
+COPY = "host-to-device copy"
+STEP = "consumer step"
+
+ADVICE = {
+    DATASET_CPU: "the dataset's own CPU work is the bound: cheaper transforms (decode at reduced size, cache "
+                 "decoded samples), augmentation and normalisation on the GPU with uint8 transfer, or GPU decoding "
+                 "(DALI, torchvision.io.decode_jpeg on the device); more usable cores move it too",
+    IO_WAIT: "the dataset waits on storage: faster storage (local NVMe, or tmpfs / the page cache for a dataset that "
+             "fits in RAM), fewer larger reads, or more workers than cores (they wait, not compute)",
+    COLLATION: "collation is the bound: a cheaper collate_fn, samples that are already tensors of one shape, or "
+               "fewer, larger tensors per batch",
+    HANDOFF: "moving batches between processes is the bound: fewer bytes per batch (uint8 instead of float32 is a "
+             "quarter, normalise on the GPU), fewer tensors per batch, or num_workers=0 when samples are cheap to make",
+    MAIN: "the main process's share of every batch is the bound: fewer, larger tensors per batch and fewer bytes "
+          "(uint8 transfer); a larger batch size spreads the per-batch cost",
+    PIN: "pinning is the bound: fewer bytes per batch (uint8 transfer, normalise on the GPU)",
+    COPY: "the host-to-device copy is the bound: fewer bytes per batch (uint8 transfer is a quarter of float32's, "
+          "normalise on the GPU), pinned memory with non_blocking copies",
+    STEP: "the consumer step is the bound: loading keeps up, and no DataLoader setting will make training faster",
+}
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """One cap on throughput and the stage that dominates it."""
+
+    name: str  # what caps: "CPU", "workers", "main thread", "in-process loading", "pin thread", "copy", "step"
+    rate: float  # samples/s
+    stage: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The highest reachable throughput at ``batch_size``, the ceiling that sets it, and every ceiling."""
+
+    rate: float  # samples/s
+    stage: str  # the limiting stage
+    ceiling: Ceiling
+    ceilings: list[Ceiling] = field(default_factory=list)
+    batch_size: int = 0
+    max_workers: int = 0
+    workers_needed: int | None = None  # workers that would lift the workers ceiling to the next one (waiting datasets)
+
+    @property
+    def advice(self) -> str:
+        return ADVICE.get(self.stage, "")
+
+    def fraction(self, rate: float) -> float | None:
+        return rate / self.rate if self.rate > 0 and math.isfinite(self.rate) else None
+
+
+@dataclass(frozen=True)
+class BatchCosts:
+    """Stage costs in seconds per batch, the inputs of the bound arithmetic."""
+
+    batch_size: int
+    fetch_cpu: float  # the dataset, CPU, one torch thread
+    fetch_wall: float  # the dataset, wall (>= CPU): the rest is waiting
+    fetch_main: float  # the dataset, wall, with the main process's torch threads
+    collate: float
+    handoff: float  # a worker's CPU to collate into shared memory and send (collation included)
+    receive: float  # the main thread's CPU to receive
+    touch: float  # the consumer's extra time on a batch from a worker: first touch of shared pages
+    consumer: float  # copy + step on a local batch, on the main thread
+    pin: float | None = None
+    copy: float | None = None
+    step: float | None = None
+    cuda: bool = False
+
+    @classmethod
+    def of(cls, stages: "StageCosts") -> "BatchCosts":
+        b = stages.batch_size
+        mean = lambda cost: cost.mean if cost is not None else None  # noqa: E731
+        fetch_cpu = b * stages.fetch_cpu.mean
+        fetch_wall = max(fetch_cpu, b * stages.fetch_wall.mean)
+        collate = stages.collate.mean
+        consumer = mean(stages.consumer) or 0.0
+        received = mean(stages.consumer_received)
+        return cls(
+            batch_size=b,
+            fetch_cpu=fetch_cpu,
+            fetch_wall=fetch_wall,
+            fetch_main=b * stages.fetch_main.mean if stages.fetch_main else fetch_wall,
+            collate=collate,
+            handoff=max(collate, mean(stages.handoff) or 0.0),
+            receive=mean(stages.receive) or 0.0,
+            touch=max(0.0, received - consumer) if received is not None else 0.0,
+            consumer=consumer,
+            pin=mean(stages.pin),
+            copy=mean(stages.copy),
+            step=mean(stages.step),
+            cuda=stages.device.startswith("cuda"),
+        )
+
+
+def dataset_stage(cpu: float, wall: float) -> str:
+    """Waiting or computing: whichever is the larger part of the dataset's wall time."""
+    return IO_WAIT if wall - cpu > cpu else DATASET_CPU
+
+
+def largest(parts: dict[str, float]) -> str:
+    return max(parts, key=lambda k: parts[k])
+
+
+def rate_of(batch_size: int, seconds: float) -> float:
+    return batch_size / seconds if seconds > 0 else math.inf
+
+
+def worker_ceilings(c: BatchCosts, usable_cores: int, max_workers: int) -> list[Ceiling]:
+    """The caps on a loader with workers (up to ``max_workers`` of them)."""
+    b = c.batch_size
+    main_cpu = c.receive + c.touch + (0.0 if c.cuda else c.consumer)
+    cpu_parts = {DATASET_CPU: c.fetch_cpu, COLLATION: c.collate, HANDOFF: c.handoff - c.collate + c.touch,
+                 MAIN: c.receive, STEP: 0.0 if c.cuda else c.consumer, PIN: c.pin or 0.0}
+    cpu_total = c.fetch_cpu + c.handoff + main_cpu + (c.pin or 0.0)
+    per_worker = c.fetch_wall + c.handoff
+    worker_parts = {dataset_stage(c.fetch_cpu, c.fetch_wall): c.fetch_wall, COLLATION: c.collate,
+                    HANDOFF: c.handoff - c.collate}
+    main_parts = {MAIN: c.receive, HANDOFF: c.touch, STEP: 0.0 if c.cuda else c.consumer}
+    out = [
+        Ceiling("CPU", usable_cores * rate_of(b, cpu_total), largest(cpu_parts),
+                f"{usable_cores} usable cores / {cpu_total * 1e3:.3g} ms CPU per batch"),
+        Ceiling("workers", max_workers * rate_of(b, per_worker), largest(worker_parts),
+                f"{max_workers} workers / {per_worker * 1e3:.3g} ms per batch each"),
+        Ceiling("main thread", rate_of(b, sum(main_parts.values())), largest(main_parts),
+                f"{sum(main_parts.values()) * 1e3:.3g} ms per batch"),
+    ]
+    if c.cuda:
+        if c.pin:
+            out.append(Ceiling("pin thread", rate_of(b, c.pin), PIN, f"{c.pin * 1e3:.3g} ms per batch"))
+        if c.copy:
+            out.append(Ceiling("copy", rate_of(b, c.copy), COPY, f"{c.copy * 1e3:.3g} ms per batch, pinned"))
+        if c.step:
+            out.append(Ceiling("step", rate_of(b, c.step), STEP, f"{c.step * 1e3:.3g} ms per batch on the device"))
+    return out
+
+
+def in_process_ceiling(c: BatchCosts) -> Ceiling:
+    """``num_workers=0``: fetch, collation and consumer one after another in the main process."""
+    fetch_cpu = min(c.fetch_cpu, c.fetch_main)
+    parts = {dataset_stage(fetch_cpu, c.fetch_main): c.fetch_main, COLLATION: c.collate, STEP: c.consumer}
+    total = sum(parts.values())
+    return Ceiling("in-process loading", rate_of(c.batch_size, total), largest(parts),
+                   f"num_workers=0: {total * 1e3:.3g} ms per batch in the main process")
+
+
+def compute_bound(costs: BatchCosts, usable_cores: int, max_workers: int) -> Bound:
+    """The better of loading in the main process and the lowest cap with workers."""
+    in_process = in_process_ceiling(costs)
+    ceilings = [in_process]
+    pick = in_process
+    workers_needed = None
+    if max_workers >= 1:
+        caps = worker_ceilings(costs, usable_cores, max_workers)
+        ceilings += caps
+        low = min(caps, key=lambda x: x.rate)
+        if low.rate > pick.rate:
+            pick = low
+        if pick.name == "workers" and pick.stage == IO_WAIT:
+            others = min((x.rate for x in caps if x.name != "workers"), default=math.inf)
+            if math.isfinite(others):
+                workers_needed = math.ceil(others / (low.rate / max_workers))
+    return Bound(rate=pick.rate, stage=pick.stage, ceiling=pick, ceilings=ceilings, batch_size=costs.batch_size,
+                 max_workers=max_workers, workers_needed=workers_needed)
+
+
+def scan_bound(result: "ScanResult") -> Bound | None:
+    """The bound of a scan at the batch size its stages were profiled at; None without a profile."""
+    stages = result.stages
+    if stages is None or stages.error or stages.fetch_cpu is None:
+        return None
+    max_workers = stages.max_workers
+    if max_workers is None:  # a profile without the scan's range: the most workers measured
+        max_workers = max((c.config.num_workers for c in result.configs), default=0)
+    return compute_bound(BatchCosts.of(stages), result.machine.usable_cores, max_workers)
+
+
+def pick_fraction(result: "ScanResult") -> float | None:
+    """The recommended config's throughput as a fraction of the bound (same batch size only)."""
+    bound, rec = result.bound, result.recommendation
+    if bound is None or rec is None or rec.config.batch_size != bound.batch_size:
+        return None
+    pick = result.config_result(rec.config)
+    return bound.fraction(pick.estimate.median) if pick and pick.ok else None

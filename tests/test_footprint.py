@@ -1,0 +1,123 @@
+"""Memory per config (loadtune/footprint.py, SPEC §5) and --max-memory: pure functions, then the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadtune.footprint import (
+    copy_on_write, growth, over_limit, parse_size, pinned_estimate,
+)
+from loadtune.plan import TrialConfig
+from loadtune.recommend import recommend
+from loadtune.results import Block, MemoryUsage, Trial, by_config
+
+MiB = 2**20
+SPECS = Path(__file__).parent / "specs"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("8G", 8 * 2**30), ("512M", 512 * MiB), ("1.5GiB", int(1.5 * 2**30)), ("64k", 64 * 1024),
+    ("2048", 2048), (" 2 gb ", 2 * 2**30), (4096, 4096),
+])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-5G", "0", "8X", "G", True])
+def test_parse_size_refuses(text):
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def usage(samples_mib: list[float], startup_index: int | None = 0) -> MemoryUsage:
+    samples = [(0.5 * i, int(m * MiB)) for i, m in enumerate(samples_mib)]
+    return MemoryUsage(max(s[1] for s in samples), 3, "pss", samples, startup_index)
+
+
+def test_growth_counts_from_the_startup_sample_to_the_highest_after_it():
+    g = growth(usage([50, 200, 210, 260, 240], startup_index=1), workers=2)
+    assert g.bytes == 60 * MiB and g.per_worker == 30 * MiB and g.seconds == pytest.approx(1.0)
+    assert growth(usage([200, 190, 180]), workers=0).bytes == 0  # shrinking is no growth
+    assert growth(usage([200], startup_index=0), workers=1) is None  # nothing after start-up
+    assert growth(None, workers=1) is None
+
+
+def trial(workers: int, samples_mib: list[float], rate: float = 1000.0, peak_mib: float | None = None) -> Trial:
+    config = TrialConfig(32, workers, False, 2 if workers else None, False, "none")
+    mem = usage(samples_mib)
+    if peak_mib is not None:
+        mem.peak_bytes = int(peak_mib * MiB)
+    return Trial(config=config, status="ok", blocks=[Block(int(rate), 30, 1.0)] * 3, memory=mem)
+
+
+def test_copy_on_write_needs_growth_per_worker_beyond_the_in_process_loader():
+    flat = [trial(0, [200, 202]), trial(2, [220, 224]), trial(4, [240, 246])]
+    assert copy_on_write(by_config(flat)) is None
+    cow = [trial(0, [200, 202]), trial(2, [220, 290]), trial(4, [240, 380])]
+    note = copy_on_write(by_config(cow))
+    assert note is not None and "w4" in note and "copy-on-write" in note
+    # the in-process loader grew as much: not the workers' doing
+    same = [trial(0, [200, 300]), trial(2, [220, 320])]
+    assert copy_on_write(by_config(same)) is None
+
+
+def test_pinned_estimate_counts_batches_in_flight_and_is_zero_without_pinning():
+    pinned = TrialConfig(32, 4, True, 2, False, "non_blocking")
+    assert pinned_estimate(pinned, 10 * MiB) == (2 * 4 + 1) * 10 * MiB
+    assert pinned_estimate(TrialConfig(32, 0, True, None, False, "non_blocking"), 10 * MiB) == 10 * MiB
+    assert pinned_estimate(TrialConfig(32, 4, False, 2, False, "sync"), 10 * MiB) == 0
+
+
+def test_max_memory_excludes_configs_over_the_limit_from_the_recommendation():
+    trials = [trial(0, [100, 100], rate=300, peak_mib=100), trial(2, [300, 300], rate=900, peak_mib=300),
+              trial(8, [900, 900], rate=2000, peak_mib=900)]
+    free = recommend(trials)
+    assert free.config.num_workers == 8 and free.excluded == []
+    limited = recommend(trials, max_memory=512 * MiB)
+    assert limited.config.num_workers == 2
+    assert limited.excluded == [trials[2].config] and limited.max_memory == 512 * MiB
+    assert "memory limit" in limited.reason
+    assert [c.config.num_workers for c in over_limit(by_config(trials), 512 * MiB)] == [8]
+    assert recommend(trials, max_memory=50 * MiB) is None  # nothing fits
+
+
+def run_cli(*args, cwd=None):
+    env = {**os.environ, "COLUMNS": "100", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "loadtune", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=240)
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "-1G", "8X"])
+def test_bad_max_memory_is_refused_before_any_work(tmp_path, value):
+    proc = run_cli("scan", SPECS / "tiny.py", "--max-memory", value, cwd=tmp_path)
+    assert proc.returncode == 2 and "max-memory" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "loadtune.json").exists()
+
+
+QUICK = ["--warmup", "0.2", "--block-time", "0.1", "--blocks", "3", "--timeout", "30", "--prefetch", "2", "--no-persistent"]
+
+
+def test_scan_shows_the_diagnosis_and_the_memory_limit_excludes(tmp_path):
+    out = tmp_path / "r.json"
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--json", out, "-q", *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    assert "Where the time goes" in proc.stdout and "Bound:" in proc.stdout and "this config reaches" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["stages"]["batch_size"] == 32 and data["stages"]["fetch_cpu"]["seconds"]
+    assert data["settings"]["max_workers"] == 2
+
+    limit = 2**20  # below every config (a trial process alone holds far more): each is excluded, and the panel says so
+    limited = tmp_path / "l.json"
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--json", limited, "-q", "--no-diagnose",
+                   "--max-memory", "1M", *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    assert "excluded" in proc.stdout and "exceeds the" in proc.stdout and "Where the time goes" not in proc.stdout
+    data = json.loads(limited.read_text())
+    assert data["recommendation"] is None and data["stages"] is None
+    assert data["settings"]["options"]["max_memory"] == limit

@@ -1,0 +1,102 @@
+"""Where the time goes: the stage profile on real datasets in real processes (loadtune/stages.py),
+each dataset built to be bound by one stage, and memory growth from copy-on-write (loadtune/footprint.py).
+
+What is asserted is attribution (which stage, which ordering), never a speed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadtune.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, BatchCosts, compute_bound
+from loadtune.footprint import GROWTH_NOISE, copy_on_write, trial_growth
+from loadtune.measure import LoaderOptions, Timing
+from loadtune.plan import TrialConfig
+from loadtune.results import by_config
+from loadtune.runner import TrialRequest, run_trial
+from loadtune.spec import SpecRef
+from loadtune.stages import run_profile
+
+SPECS = Path(__file__).parent / "specs"
+QUICK = Timing(warmup_s=0.1, block_s=0.1, blocks=3, max_s=30)
+
+
+def profile(spec: str, batch_size: int = 32):
+    request = TrialRequest(TrialConfig(batch_size, 0), "cpu", QUICK, LoaderOptions(shuffle=False), 60.0, "fork")
+    costs, why = run_profile(SpecRef.parse(SPECS / spec), request)
+    assert costs is not None, why
+    return costs
+
+
+def bound_of(costs, max_workers: int = 4):
+    return compute_bound(BatchCosts.of(costs), usable_cores=2, max_workers=max_workers)
+
+
+def test_cpu_work_is_attributed_to_the_dataset_cpu():
+    costs = profile("bound_by.py:cpu")
+    assert costs.fetch_wall.mean < 1.5 * costs.fetch_cpu.mean  # computing, not waiting
+    assert costs.fetch_cpu.mean * costs.batch_size > 3 * costs.collate.mean
+    assert len(costs.fetch_cpu.seconds) >= 5 and costs.fetch_cpu.estimate is not None  # repeated: carries its noise
+    assert costs.handoff is not None and costs.receive is not None  # a real worker handed batches over
+    assert costs.consumer is None  # no step and no accelerator: nothing consumes the batch
+    assert bound_of(costs).stage == DATASET_CPU
+
+
+def test_sleep_is_attributed_to_waiting_and_more_workers_lift_it():
+    costs = profile("bound_by.py:waiting")
+    assert costs.fetch_wall.mean > 3 * costs.fetch_cpu.mean
+    few, many = bound_of(costs, max_workers=4), bound_of(costs, max_workers=64)
+    assert few.stage == IO_WAIT and few.ceiling.name == "workers"
+    assert few.workers_needed is not None and few.workers_needed > 4
+    assert many.rate > few.rate
+
+
+def test_large_tensors_are_bound_by_moving_them():
+    costs = profile("bound_by.py:large")
+    assert costs.collate.mean > 10 * costs.batch_size * costs.fetch_cpu.mean
+    assert costs.batch_bytes == 32 * 3 * 224 * 224 * 4
+    assert bound_of(costs).stage in (COLLATION, HANDOFF, MAIN)
+
+
+def test_a_slow_step_is_the_bound():
+    costs = profile("slow_step.py")
+    assert costs.consumer is not None and costs.consumer_received is not None
+    assert costs.consumer.mean > 10 * (costs.collate.mean + costs.batch_size * costs.fetch_wall.mean)
+    assert bound_of(costs).stage == STEP
+
+
+def test_iterable_dataset_is_profiled_from_its_stream():
+    costs = profile("unsharded_iterable.py", batch_size=16)
+    assert sum(costs.fetch_cpu.units) >= 5 * 16
+
+
+def test_a_failing_dataset_fails_the_profile_with_its_own_error():
+    request = TrialRequest(TrialConfig(256, 0), "cpu", QUICK, LoaderOptions(shuffle=False), 60.0, "fork")
+    costs, why = run_profile(SpecRef.parse(SPECS / "failing.py"), request)
+    assert costs is None and "corrupt record at index 77" in why
+
+
+def trials_of(factory: str):
+    """PyTorch's defaults and two persistent workers, over whole epochs (each worker touches its share)."""
+    out = []
+    for config in (TrialConfig(16, 0), TrialConfig(16, 2, False, 2, True, "none")):
+        request = TrialRequest(config, "cpu", Timing(warmup_s=0.2, block_s=0.2, blocks=3, max_s=30),
+                               LoaderOptions(shuffle=False), 60.0, "fork")
+        trial = run_trial(SpecRef.parse(f"{SPECS / 'cow.py'}:{factory}"), request)
+        assert trial.ok, trial.error
+        out.append(trial)
+    return out
+
+
+def test_copy_on_write_growth_is_detected_for_python_objects_not_for_a_tensor():
+    objects = trials_of("python_objects")
+    grown = trial_growth(objects[1])
+    assert grown is not None and grown.bytes > 2 * GROWTH_NOISE
+    note = copy_on_write(by_config(objects))
+    assert note is not None and "copy-on-write" in note and "numpy arrays or torch tensors" in note
+
+    tensor = trials_of("tensor")
+    assert trial_growth(tensor[1]).bytes < GROWTH_NOISE
+    assert copy_on_write(by_config(tensor)) is None
+    assert tensor[1].memory.shm_peak_bytes > 0  # batches in flight between the workers and the main process
