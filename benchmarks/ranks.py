@@ -62,7 +62,7 @@ def side_by_side(configs: dict, ranks: int, opts: dict, repeats: int, seed: int)
         order = list(configs)
         rng.shuffle(order)
         for name in order:
-            request = TrialRequest(configs[name], "cpu", timing, LoaderOptions(seed=seed), scan_opts.timeout, "fork", setup)
+            request = TrialRequest(configs[name], "cpu", timing, LoaderOptions(seed=seed), scan_opts.timeout, "fork", ranks=setup)
             trial = run_trial(source, request)
             runs[name].append({
                 "ok": trial.ok,

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from .plan import DEFAULT_PREFETCH, TrialConfig
-from .results import ConfigResult, MemoryUsage, Trial
+from .results import ConfigResult, MemoryUsage, ScanResult, Trial
 
 MiB = 2**20
 GROWTH_NOISE = 16 * MiB  # growth below this is the sampling's and the allocator's noise, not a trend
@@ -113,6 +113,11 @@ def pinned_estimate(config: TrialConfig, batch_bytes: int) -> int:
         return 0
     in_flight = (config.prefetch_factor or DEFAULT_PREFETCH) * config.num_workers + 1 if config.num_workers else 1
     return in_flight * batch_bytes
+
+
+def memory_limit(result: ScanResult) -> int | None:
+    """The scan's ``--max-memory`` in bytes, or None."""
+    return result.settings.get("options", {}).get("max_memory")
 
 
 def over_limit(configs: list[ConfigResult], limit: int | None) -> list[ConfigResult]:

@@ -11,6 +11,7 @@ renderers, so no display and no global backend are involved.
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,21 +93,11 @@ def line_key(config: TrialConfig) -> tuple:
 
 
 def bound_of(result: ScanResult) -> tuple[float, str] | None:
-    """The throughput bound, when the result carries one (``result.bound`` or
-    ``result.recommendation.bound``): a number, or an object or dict with ``samples_per_s`` (or
-    ``rate`` / ``value``) and optionally the ``stage`` that sets it."""
-    for holder in (result, result.recommendation):
-        bound = getattr(holder, "bound", None) if holder is not None else None
-        if bound is None:
-            continue
-        if isinstance(bound, (int, float)) and not isinstance(bound, bool):
-            return float(bound), "bound"
-        get = bound.get if isinstance(bound, dict) else (lambda k, b=bound: getattr(b, k, None))
-        value = next((get(k) for k in ("samples_per_s", "rate", "value") if isinstance(get(k), (int, float))), None)
-        if value:
-            stage = get("stage")
-            return float(value), f"bound: {stage}" if stage else "bound"
-    return None
+    """The throughput bound from the scan's stage profile (``ScanResult.bound``), and the stage that sets it."""
+    bound = result.bound
+    if bound is None or not math.isfinite(bound.rate):
+        return None
+    return float(bound.rate), f"bound: {bound.stage}"
 
 
 def plot_batch_size(result: ScanResult) -> int:

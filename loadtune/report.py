@@ -277,9 +277,9 @@ def gpu_notes(result: ScanResult) -> list[str]:
 def recommendation_panel(result: ScanResult) -> Panel:
     rec = result.recommendation
     if rec is None:
-        over = footprint.over_limit(result.configs, memory_limit(result))
+        over = footprint.over_limit(result.configs, footprint.memory_limit(result))
         if over and len(over) == len([c for c in result.configs if c.ok]):
-            return Panel(f"Every measured config exceeds the {footprint.size_text(memory_limit(result))} memory limit "
+            return Panel(f"Every measured config exceeds the {footprint.size_text(footprint.memory_limit(result))} memory limit "
                          "(--max-memory): raise it, or try fewer workers or a smaller batch size.",
                          title="No recommendation", border_style="red")
         return Panel("No config could be measured: see the failures above.", title="No recommendation", border_style="red")
@@ -531,10 +531,8 @@ def build_comparison_table(cmp: Comparison, diffs: list[ConfigDiff], fold: int) 
         )
     table.caption = ("★A, ★B: each scan's recommendation · ±: 95% interval of the median · B/A: ratio with its interval · "
                      f"within noise: the intervals overlap or the medians are within {cmp.noise_floor:.0%}")
-
-
-def memory_limit(result: ScanResult) -> int | None:
-    return result.settings.get("options", {}).get("max_memory")
+    table.caption_justify = "left"
+    return table
 
 
 def ms(seconds: float) -> str:
@@ -635,7 +633,7 @@ def bound_text(result: ScanResult) -> Text:
         reach = "at the bound" if fraction >= 0.995 else f"{fraction:.0%} of it"
         out.append(f"; this config reaches {reach}.\n")
     else:
-        out.append(f"; the recommended batch size differs, so it is not compared.\n")
+        out.append("; the recommended batch size differs, so it is not compared.\n")
     if bound.workers_needed and bound.stage == bound_mod.IO_WAIT:
         out.append(f"About {bound.workers_needed} workers would lift the workers' cap to the next one; "
                    f"this scan tried up to {bound.max_workers}.\n")

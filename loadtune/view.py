@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .footprint import memory_limit, over_limit
 from .plan import Skip, TrialConfig, parse_int_list
 from .results import ConfigResult, ScanResult
 
@@ -64,7 +65,7 @@ def rows(result: ScanResult) -> list[Row]:
     """Every row in the table's default order: measured configs fastest first, then the others in
     run order, then what was skipped."""
     configs = result.configs
-    excluded = set(result.recommendation.excluded) if result.recommendation else set()  # --max-memory
+    excluded = {c.config for c in over_limit(configs, memory_limit(result))}  # --max-memory
     ok = sorted((c for c in configs if c.ok), key=lambda c: -c.estimate.median)
     out = [Row("excluded" if c.config in excluded else "ok", c, rank=i) for i, c in enumerate(ok, 1)]
     out += [Row(config_status(c), c) for c in configs if not c.ok]

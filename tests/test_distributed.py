@@ -45,7 +45,7 @@ def fetched(folder: Path) -> dict[str, set[int]]:
 
 
 def run_ranks_trial(folder: Path, factory: str, config: TrialConfig, setup: RankSetup = TWO, pids=None) -> Trial:
-    request = TrialRequest(config, "cpu", QUICK, LoaderOptions(shuffle=False), 60.0, "fork", setup)
+    request = TrialRequest(config, "cpu", QUICK, LoaderOptions(shuffle=False), 60.0, "fork", ranks=setup)
     on_event = (lambda kind, payload: pids.append(payload) if kind == "process" else None) if pids is not None else None
     return run_trial(SpecRef.parse(f"{folder / 'ranked.py'}:{factory}"), request, on_event)
 
@@ -109,7 +109,7 @@ def test_a_rank_killed_by_a_signal_is_named(ranked):
 def test_a_rank_that_hangs_is_named_and_no_rank_waits_past_the_timeout(ranked):
     pids: list[int] = []
     request = TrialRequest(TrialConfig(batch_size=8, num_workers=0), "cpu", Timing(0.1, 0.1, 3, max_s=19), LoaderOptions(shuffle=False),
-                           24.0, "fork", TWO)
+                           24.0, "fork", ranks=TWO)
     trial = run_trial(SpecRef.parse(f"{ranked / 'ranked.py'}:hanging_rank1"), request,
                       lambda kind, payload: pids.append(payload) if kind == "process" else None)
     assert trial.status == "failed" and trial.error.kind == "peer" and trial.error.rank == 1, trial.error
@@ -238,7 +238,7 @@ def test_torchrun_runs_the_scan_once_with_its_ranks_and_check_measures_its_basel
          "--log-dir", tmp_path / "torchrun",  # torchrun's own files: not left in /tmp
          "--rdzv-endpoint", f"127.0.0.1:{distributed.free_port()}", "-m", "loadtune", "scan", ranked / "ranked.py",
          "--workers", "0", "--batch-size", "8", "--no-shuffle", "--warmup", "0.1", "--block-time", "0.1", "--blocks", "3",
-         "--timeout", "40", "--confirm", "0", "--json", out, "-q"],
+         "--timeout", "40", "--confirm", "0", "--json", out],
         capture_output=True, text=True, env=env, timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

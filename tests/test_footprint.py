@@ -105,7 +105,7 @@ QUICK = ["--warmup", "0.2", "--block-time", "0.1", "--blocks", "3", "--timeout",
 
 def test_scan_shows_the_diagnosis_and_the_memory_limit_excludes(tmp_path):
     out = tmp_path / "r.json"
-    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--json", out, "-q", *QUICK)
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--json", out, *QUICK)
     assert proc.returncode == 0, proc.stderr
     assert "Where the time goes" in proc.stdout and "Bound:" in proc.stdout and "this config reaches" in proc.stdout
     data = json.loads(out.read_text())
@@ -114,7 +114,7 @@ def test_scan_shows_the_diagnosis_and_the_memory_limit_excludes(tmp_path):
 
     limit = 2**20  # below every config (a trial process alone holds far more): each is excluded, and the panel says so
     limited = tmp_path / "l.json"
-    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--json", limited, "-q", "--no-diagnose",
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--json", limited, "--no-diagnose",
                    "--max-memory", "1M", *QUICK)
     assert proc.returncode == 0, proc.stderr
     assert "excluded" in proc.stdout and "exceeds the" in proc.stdout and "Where the time goes" not in proc.stdout

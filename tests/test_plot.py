@@ -5,6 +5,7 @@ import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -47,18 +48,14 @@ def test_knobs_that_vary_name_the_lines(result):
     assert labels == ["prefetch 2, no pin, on CPU", "prefetch 4, pin, non_blocking"]
 
 
-def test_bound_is_read_when_the_result_carries_one(result):
-    assert bound_of(result) is None
-    result.bound = 12_000.0
-    assert bound_of(result) == (12_000.0, "bound")
-    result.bound = {"samples_per_s": 9000, "stage": "dataset CPU work"}
-    assert bound_of(result) == (9000.0, "bound: dataset CPU work")
+def carry_bound(monkeypatch, rate: float, stage: str) -> None:
+    """As if the scan had a stage profile whose bound is ``rate`` (``ScanResult.bound`` derives it)."""
+    monkeypatch.setattr(ScanResult, "bound", property(lambda self: SimpleNamespace(rate=rate, stage=stage)))
 
-    class Bound:
-        rate = 5000.0
-        stage = "host-to-device copy"
 
-    result.bound = Bound()
+def test_bound_is_read_when_the_result_carries_one(result, monkeypatch):
+    assert bound_of(result) is None  # the fixture has no stage profile
+    carry_bound(monkeypatch, 5000.0, "host-to-device copy")
     assert plot_data(result).bound == (5000.0, "bound: host-to-device copy")
 
 
@@ -69,9 +66,9 @@ def test_other_extensions_are_refused(name):
     assert plot_format("a/B.PNG") == "png" and plot_format("x.svg") == "svg"
 
 
-def test_png_is_a_real_png_of_the_set_size(result, tmp_path):
+def test_png_is_a_real_png_of_the_set_size(result, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
-    result.bound = 160_000.0
+    carry_bound(monkeypatch, 160_000.0, "dataset CPU work")
     path = tmp_path / "scan.png"
     write_plot(result, path)
     data = path.read_bytes()

@@ -95,7 +95,7 @@ def test_no_wait_figure_without_a_consumer_and_no_bytes_on_cpu():
 def test_synthetic_step_runs_in_the_trial_and_waits_are_saved(tmp_path):
     path = tmp_path / "r.json"
     out = run_cli("scan", str(SPECS / "tiny.py"), "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--step-ms", "2",
-                  "--warmup", "0.2", "--block-time", "0.1", "--blocks", "3", "--confirm", "0", "--json", str(path), "-q")
+                  "--warmup", "0.2", "--block-time", "0.1", "--blocks", "3", "--confirm", "0", "--json", str(path))
     assert out.returncode == 0, out.stderr
     assert "wait" in out.stdout and "synthetic step of 2 ms" in out.stdout.replace("\n", " ")
     data = json.loads(path.read_text())
