@@ -16,14 +16,16 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from . import calibration
+from . import probe as probe_mod
+from .distributed import DistributedError, setup_for
+from .distributed import validate as validate_layout
 from .machine import MachineInfo, collect
 from .measure import LoaderOptions, Timing
 from .plan import TrialConfig, transfer_for
 from .results import ScanResult, Trial
-from .distributed import setup_for
 from .runner import TrialRequest, run_trial
-from .workload import StepWorkload
 from .spec import LoadedSpec, load_spec
+from .workload import StepWorkload, calibrate
 from .stats import Estimate, estimate
 
 PASS, REGRESSION, NOTHING = "pass", "regression", "nothing measured"
@@ -121,6 +123,22 @@ def judge(
     return (REGRESSION if reasons else PASS), reasons, change
 
 
+def baseline_step(step: dict | None, device: str) -> StepWorkload | None:
+    """The baseline's ``--step-ms`` step, to run the same work now: its own calibration where the device
+    type is the same, else calibrated here to the same milliseconds (dropping it would compare a loader
+    feeding a step with one feeding nothing)."""
+    if not step:
+        return None
+    if step["device_type"] == device.partition(":")[0]:
+        return StepWorkload.from_dict(step)
+    if device.startswith("cuda"):
+        got = probe_mod.run(device, step["ms"])  # CUDA is measured in a child, never in this process
+        if got.workload is None:
+            raise BaselineError(f"the baseline's {step['ms']:g} ms step could not be calibrated on {device}: {got.error}")
+        return got.workload
+    return calibrate(step["ms"], "cpu")
+
+
 def run_check(
     spec_target: Any,
     baseline: ScanResult,
@@ -143,8 +161,12 @@ def run_check(
     loader = LoaderOptions(shuffle=opts["shuffle"], drop_last=opts["drop_last"], seed=opts["seed"])
     machine = collect()
     device = baseline.settings["device"] if machine.has_accelerator or baseline.settings["device"] == "cpu" else "cpu"
-    step = baseline.settings.get("step")  # --step-ms's synthetic step: the same work as in the baseline
-    work = StepWorkload.from_dict(step) if step and step["device_type"] == device.partition(":")[0] else None
+    work = baseline_step(baseline.settings.get("step"), device)
+    try:  # a baseline of several ranks is checked on as many: this machine must hold them
+        validate_layout(opts.get("nproc_per_node", 1), opts.get("nnodes", 1), opts.get("node_rank", 0), len(machine.gpus),
+                        "cpu" if device == "cpu" else "cuda")
+    except DistributedError as exc:
+        raise BaselineError(f"the baseline's layout cannot run here: {exc}") from None
     ranks = setup_for(opts.get("nproc_per_node", 1), opts.get("nnodes", 1), opts.get("node_rank", 0), device,
                       opts["blocks"] * opts["block_time"], spec.ref)  # a baseline of several ranks is checked on as many
     request = lambda c, dev, w=None, r=None: TrialRequest(c, dev, timing, loader, opts["timeout"], machine.start_method,  # noqa: E731

@@ -27,7 +27,7 @@ ONLY_A = "only in A"
 ONLY_B = "only in B"
 UNMEASURED = "not measured"  # present on both sides, but failed (or was excluded) on at least one
 COMPARE_SORT_KEYS = ("rate", "workers", "ratio")
-OPTIONS_THAT_MATTER = ("shuffle", "drop_last", "warmup", "block_time", "noise_floor")
+OPTIONS_THAT_MATTER = ("shuffle", "drop_last", "warmup", "block_time", "noise_floor", "step_ms", "nproc_per_node", "nnodes")
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def copy_notes(result: ScanResult) -> list[str]:
     if not peak:
         return [f"{pick.config.label()} moved {pick.h2d_gbps:.2f} GB/s to the GPU (no pinned peak was measured to "
                 "compare with; `loadtune doctor` measures it)"]
-    share = pick.h2d_gbps / peak
+    share = copy_share(pick, peak)
     out = [f"{pick.config.label()} moved {pick.h2d_gbps:.2f} GB/s to the GPU: {share:.0%} of this device's pinned "
            f"host-to-device peak ({peak:.1f} GB/s, measured before the trials)"]
     if share < COPY_BOUND_SHARE:

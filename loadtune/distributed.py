@@ -96,13 +96,16 @@ def setup_for(nproc_per_node: int, nnodes: int, node_rank: int, device: str, win
     return RankSetup(nproc_per_node, nnodes, node_rank, "nccl" if cuda else "gloo", window_s, method, rank_threads())
 
 
-def validate(nproc_per_node: Any, nnodes: Any, node_rank: Any, gpus: int, device: str | None) -> None:
+def validate(nproc_per_node: Any, nnodes: Any, node_rank: Any, gpus: int, device: str | None,
+             rdzv_endpoint: Any = None) -> None:
     """Refuse impossible layouts before any work, naming the flag."""
     for name, value, low in (("nproc_per_node", nproc_per_node, 1), ("nnodes", nnodes, 1), ("node_rank", node_rank, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise DistributedError(f"{name} must be a whole number >= {low}, got {value!r}")
     if node_rank >= nnodes:
         raise DistributedError(f"node_rank {node_rank} is not below nnodes {nnodes}: node ranks are 0..{nnodes - 1}")
+    if rdzv_endpoint is not None:
+        parse_endpoint(rdzv_endpoint)  # refused now, not after the scan
     if nproc_per_node > 1 and device is not None and device.startswith("cuda:"):
         raise DistributedError(f"device {device!r} with {nproc_per_node} ranks: each rank uses the GPU of its local rank; "
                                "pass --device cuda (or cpu)")
@@ -409,6 +412,14 @@ def node_json_path(path: Path, nnodes: int, node_rank: int) -> Path:
     return path if nnodes <= 1 else path.with_name(f"{path.stem}.node{node_rank}{path.suffix}")
 
 
+def parse_endpoint(endpoint: Any) -> tuple[str, int]:
+    """``HOST:PORT`` → (host, port), or a DistributedError naming the flag."""
+    host, _, port = str(endpoint).rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise DistributedError(f"rdzv_endpoint (--rdzv-endpoint) must be HOST:PORT with a port in 1..65535, got {endpoint!r}")
+    return host, int(port)
+
+
 def gather_nodes(endpoint: str, nnodes: int, node_rank: int, summary: dict, hosted: bool = False,
                  timeout_s: float = 600.0) -> list[dict] | None:
     """Bring every node's summary to node 0 through a torch.distributed TCPStore at ``endpoint``
@@ -416,9 +427,7 @@ def gather_nodes(endpoint: str, nnodes: int, node_rank: int, summary: dict, host
     other nodes get None once theirs is stored."""
     from torch.distributed import TCPStore
 
-    host, _, port = endpoint.rpartition(":")
-    if not host or not port.isdigit():
-        raise DistributedError(f"rdzv_endpoint must be HOST:PORT, got {endpoint!r}")
+    host, port = parse_endpoint(endpoint)
     is_master = node_rank == 0 and not hosted
     store = TCPStore(host, int(port), None, is_master, timedelta(seconds=timeout_s), wait_for_workers=False)
     store.set(f"loadtune/node{node_rank}", json.dumps(summary))

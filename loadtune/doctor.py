@@ -137,9 +137,10 @@ def driver_cuda_version() -> str | None:
 def examine_gpu(index: int, sizes: tuple[int, ...], measure: bool) -> GPUDoctor:
     import torch
 
+    from .gpu import identity
+
     props = torch.cuda.get_device_properties(index)
-    uuid = getattr(props, "uuid", None)
-    uuid = None if uuid is None else (str(uuid) if str(uuid).startswith("GPU-") else f"GPU-{uuid}")
+    uuid = identity(torch.device("cuda", index))["uuid"]
     gpu = GPUDoctor(index, props.name, props.total_memory, uuid, nvml.query("nvmlSystemGetDriverVersion"))
     if measure:
         try:

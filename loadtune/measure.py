@@ -339,7 +339,9 @@ class Drained:
         self.stalls = 0
 
     def __call__(self) -> bool:
-        ready = ready_batches(self.meter.iterator) if self.meter.iterator is not None else None
+        # with the stream strategy the meter iterates a prefetcher: the backlog is its loader's
+        iterator = getattr(self.meter.loader, "loader_iterator", None) or self.meter.iterator
+        ready = ready_batches(iterator) if iterator is not None else None
         if ready is None or ready <= self.limit:
             return True
         now = time.perf_counter()

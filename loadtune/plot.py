@@ -97,6 +97,8 @@ def bound_of(result: ScanResult) -> tuple[float, str] | None:
     bound = result.bound
     if bound is None or not math.isfinite(bound.rate):
         return None
+    if getattr(bound, "batch_size", None) not in (None, plot_batch_size(result)):
+        return None  # profiled at another batch size (e.g. a resumed scan changed its pick): not this plot's line
     return float(bound.rate), f"bound: {bound.stage}"
 
 

@@ -43,6 +43,7 @@ class CUDAPrefetcher:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.bytes_moved = 0
+        self.loader_iterator: Iterator[Any] | None = None  # the current pass over ``loader`` (its backlog is readable)
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -54,7 +55,7 @@ class CUDAPrefetcher:
 
     def _prefetch(self) -> Iterator[Any]:
         side = torch.cuda.Stream(self.device)
-        source = iter(self.loader)
+        source = self.loader_iterator = iter(self.loader)
         ahead = self._copy(source, side)
         while ahead is not None:
             batch, nbytes = ahead

@@ -22,7 +22,7 @@ from .check import PASS, REGRESSION, CheckResult, summary_line
 from .compare import Comparison, ConfigDiff
 from .recommend import persistent_saving, snippet
 from .results import ConfigResult, ScanResult, StageCost, Trial
-from .view import Row, config_status, rows as view_rows
+from .view import Row, rows as view_rows
 
 BAR_WIDTH = 10
 BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -54,15 +54,6 @@ def status_cell(status: str, runs: int = 1) -> Text:
     """``ok``, ``ok ×2`` (runs pooled), ``failed``, ``skipped``, ``excluded``, …, coloured."""
     word = f"ok ×{runs}" if status == "ok" and runs > 1 else status
     return Text(word, style=STATUS_STYLES.get(status, STATUS_DEFAULT_STYLE))
-
-
-def status_text(config: ConfigResult) -> Text:
-    return status_cell(config_status(config), sum(1 for t in config.trials if t.ok))
-
-
-def ranked(result: ScanResult) -> list[ConfigResult]:
-    """Measured configs fastest first, then failed ones in run order."""
-    return [row.config for row in view_rows(result) if row.config is not None]
 
 
 def short_bytes(n: int | None) -> str:
@@ -167,42 +158,31 @@ def ranks_of(result: ScanResult) -> int:
     return int(result.settings.get("ranks", {}).get("nproc_per_node", 1))
 
 
-def rank_table(result: ScanResult) -> Table:
-    """The table of a scan with several ranks per trial: the node in step, the ranks' sum, the slowest rank."""
+def rank_table(result: ScanResult, rows: list[Row] | None = None) -> Table:
+    """The table of a scan with several ranks per trial: the node in step, the ranks' sum, the slowest
+    rank. ``rows`` as for ``trial_table`` (default: all, fastest first)."""
     rec = result.recommendation
     n = ranks_of(result)
+    top = max((c.estimate.median for c in result.configs if c.ok), default=0.0)
     table = Table(title=f"DataLoader configs on {n} ranks, fastest first", title_justify="left", header_style="bold", pad_edge=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("config (per rank)", ratio=1, min_width=12)
     table.add_column("samples/s", justify="right", no_wrap=True)
-    table.add_column("sum", justify="right", no_wrap=True)
-    table.add_column("slowest", justify="right", no_wrap=True)
-    table.add_column("wk", justify="right", no_wrap=True)
-    table.add_column("start", justify="right", no_wrap=True)
-    table.add_column("mem", justify="right", no_wrap=True)
+    for name in ("sum", "slowest", "wk", "start", "mem"):
+        table.add_column(name, justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    for rank, config in enumerate(ranked(result), 1):
-        est = config.estimate
-        label = Text(config.config.label())
-        if rec and config.config == rec.config:
-            label.append(" ★", style="bold yellow")
-        if config.config.is_pytorch_default:
-            label.append(" default", style="dim")
-        total = config.aggregate_rate
-        slowest = config.slowest_rank_rate
+    for row in view_rows(result) if rows is None else rows:
+        cells = row_cells(row, rec, top)
+        config = row.config
+        total = config.aggregate_rate if config else None
+        slowest = config.slowest_rank_rate if config else None
         table.add_row(
-            str(rank) if est else "",
-            label,
-            spread_text(est) if est else "-",
+            cells["rank"], cells["config"], cells["rate"],
             rate(total) if total else "-",
             rate(slowest) if slowest else "-",
-            str(config.config.num_workers * n),
-            f"{config.startup_s:.2f}s" if config.startup_s is not None else "-",
-            short_bytes(config.memory.peak_bytes if config.memory else None),
-            status_text(config),
+            str(config.config.num_workers * n) if config else "-",
+            cells["start"], cells["mem"], cells["status"],
         )
-    for skip in result.skipped:
-        table.add_row("", Text(skip.what, style="dim"), "-", "", "", "", "-", "-", Text("skipped", style="yellow"))
     table.caption = (f"★ recommended · samples/s: the node in step, {n} × the slowest rank (±: 95% interval) · sum: "
                      "all ranks' own rates over the same window · slowest: the slowest rank · wk: workers on the node · "
                      "start: until every rank had its first batch · mem: PSS of the agent, all ranks and their workers")
@@ -337,7 +317,7 @@ def recommendation_panel(result: ScanResult) -> Panel:
 def print_report(console: Console, result: ScanResult, rows: list[Row] | None = None) -> None:
     """The table (``rows``: a selection from ``view.select``; default all), notes, recommendation."""
     if "ranks" in result.settings:
-        console.print(rank_table(result))
+        console.print(rank_table(result, rows))
     else:
         console.print(trial_table(result, rows, console.width))
     total = len(view_rows(result))

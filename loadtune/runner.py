@@ -124,15 +124,16 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
             if conn.poll(10):
                 conn.recv()
 
-        if request.ranks is not None:  # this process becomes the ranks' elastic agent, as torchrun's is
+        if request.task == "stages":
+            from .stages import profile  # the profiling run: its own process, like a trial, never inside one
+
+            profile(spec, request.config, torch.device(request.device), timing, request.options, emit,
+                    workload=request.workload)
+        elif request.ranks is not None:  # this process becomes the ranks' elastic agent, as torchrun's is
             from .distributed import run_ranks
 
             run_ranks(source, spec, replace(request, timing=timing), conn, ranks_dir(log_path))
             return
-        if request.task == "stages":
-            from .stages import profile  # the profiling run: its own process, like a trial, never inside one
-
-            profile(spec, request.config, torch.device(request.device), timing, request.options, emit)
         else:
             measure(spec, request.config, torch.device(request.device), timing, request.options, emit, measured,
                     workload=request.workload)
@@ -277,6 +278,10 @@ def run_trial(
                     trial.warnings.append(payload)
                 elif kind == "rank":  # (rank, local rank, kind, figure) from one rank of several
                     trial.record_rank(*payload)
+                    if payload[2] == "startup" and sampler.startup_index is None:
+                        sampler.mark_startup()  # the first rank's workers are up
+                    elif payload[2] == "warmup":
+                        sampler.timed = True  # a rank's window has begun: sample sparingly
                 elif kind == "error":
                     trial.error = payload
                 elif kind == "done":

@@ -201,7 +201,8 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
         raise OptionsError(f"batch size {too_big[0]} with drop_last: the dataset's {spec.length} samples never fill one batch")
     info = machine_mod.collect()
     try:
-        distributed.validate(opts.nproc_per_node, opts.nnodes, opts.node_rank, len(info.gpus), opts.device)
+        distributed.validate(opts.nproc_per_node, opts.nnodes, opts.node_rank, len(info.gpus), opts.device,
+                             opts.rdzv_endpoint)
     except distributed.DistributedError as exc:
         raise OptionsError(str(exc)) from None
     device = pick_device(opts.device, info)
@@ -339,6 +340,7 @@ def resume_from(plan: Plan, json_path: str | Path | None) -> None:
         what = f"options {', '.join(changed)} differ" if changed else "the grid differs"
         raise OptionsError(f"cannot resume: {what} from the saved scan; use the same flags, or start a new scan")
     old.state = "running"
+    old.settings["options"].update({k: new.settings["options"][k] for k in free})  # this run's limits apply
     # rows that said where the last run stopped (budget, search notes) are said afresh at this run's end
     old.skipped = new.skipped + [s for s in old.skipped if s.key and s not in new.skipped]
     plan.result = old
@@ -403,7 +405,10 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
             save()
             if observer:
                 observer.trial_finished(len(result.trials) - 1, trial, result)
-        if opts.diagnose and result.stages is None and result.recommendation is not None:
+        if opts.diagnose and "ranks" in result.settings and not any("stage profile" in n for n in result.notes):
+            result.notes.append("no stage profile or bound with several ranks: the profile models one loader, and "
+                                "ranks share the node's cores in ways it does not (the table's slowest rank is the figure)")
+        elif opts.diagnose and result.stages is None and result.recommendation is not None:
             if opts.budget and time.monotonic() - started + 2 * expected_trial_s(result, opts) > opts.budget:
                 result.notes.append(f"stage profile skipped: the {opts.budget:g} s budget would be exceeded")
             else:
@@ -431,7 +436,7 @@ def profile_stages(plan: Plan, request: TrialRequest, observer: ScanObserver | N
                          start_method=request.config.start_method)
     if observer and hasattr(observer, "profile_started"):  # optional: older observers lack it
         observer.profile_started()
-    costs, why = stages_mod.run_profile(plan.source, replace(request, config=config))
+    costs, why = stages_mod.run_profile(plan.source, replace(request, config=config, ranks=None))
     if costs is None:
         plan.result.notes.append(f"stage profile failed, so there is no diagnosis: {why}")
         return

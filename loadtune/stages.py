@@ -184,8 +184,10 @@ def profile(
     timing: Timing,
     options: LoaderOptions,
     emit: Callable[[str, Any], None],
+    workload: Any = None,
 ) -> None:
-    """Run every phase in this (isolated) process and ``emit("stages", StageCosts)``."""
+    """Run every phase in this (isolated) process and ``emit("stages", StageCosts)``. ``workload``:
+    ``--step-ms``'s synthetic step, which is then the consumer in place of the spec's ``step``."""
     started = time.perf_counter()
     st = StageTiming.from_timing(timing)
     deadline = started + st.max_s
@@ -238,9 +240,10 @@ def profile(
     if not fetch_cpu.seconds:
         raise TrialFailure("the profiling run had no time left to fetch a batch; raise --timeout")
 
-    needs_consumer = spec.step is not None or device.type == "cuda"
+    step_fn = workload.build(device) if workload is not None else spec.step
+    needs_consumer = step_fn is not None or device.type == "cuda"
     consumer_config = replace(config, num_workers=0, pin_memory=False, transfer=transfer_for(False, device.type == "cuda"))
-    consume = make_consumer(spec, consumer_config, device) if needs_consumer else None
+    consume = make_consumer(spec, consumer_config, device, step_fn) if needs_consumer else None
     sync = device_sync(device)
     handoff, receive, consumer_received = Recorder(), Recorder(), Recorder()
     try:
@@ -260,7 +263,7 @@ def profile(
 
     pin, copy, step = Recorder(), Recorder(), Recorder()
     if device.type == "cuda":
-        cuda_stages(local, spec, device, st, deadline, pin, copy, step, notes)
+        cuda_stages(local, step_fn, device, st, deadline, pin, copy, step, notes)
 
     emit("stages", StageCosts(
         batch_size=config.batch_size,
@@ -320,7 +323,7 @@ def hand_off(samples: list, spec: LoadedSpec, config: TrialConfig, st: StageTimi
         del iterator, loader  # shut the worker down here, not at interpreter exit
 
 
-def cuda_stages(local: Any, spec: LoadedSpec, device: torch.device, st: StageTiming, deadline: float,
+def cuda_stages(local: Any, step_fn: Callable[[Any], Any] | None, device: torch.device, st: StageTiming, deadline: float,
                 pin: Recorder, copy: Recorder, step: Recorder, notes: list[str]) -> None:
     """Pinning (what the DataLoader's pin thread does), the pinned copy, and the step on the device."""
     from torch.utils.data._utils.pin_memory import pin_memory as pin_batch
@@ -341,13 +344,13 @@ def cuda_stages(local: Any, spec: LoadedSpec, device: torch.device, st: StageTim
 
     repeat(pin_once, st.phase_s / 2, deadline)
     repeat(copy_once, st.phase_s / 2, deadline)
-    if spec.step is not None:
+    if step_fn is not None:
         on_device = move_to(local, device)
         sync()
 
         def step_once() -> None:
             start = time.perf_counter()
-            spec.step(on_device)
+            step_fn(on_device)
             sync()
             step.add(time.perf_counter() - start)
 
