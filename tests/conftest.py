@@ -2,7 +2,6 @@
 shared-memory segment in /dev/shm (where DataLoader workers hand batches over)."""
 
 import os
-
 import time
 
 import psutil
@@ -26,6 +25,19 @@ def stray_children():
         except psutil.NoSuchProcess:
             pass
     return strays
+
+
+def live_group_members(pgid):
+    """Processes of the trial's session still running (killed ones may linger as zombies until
+    init reaps them: dead, holding no memory)."""
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc.pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return members
 
 
 def shm_entries():

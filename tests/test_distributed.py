@@ -11,7 +11,6 @@ import sys
 import threading
 from pathlib import Path
 
-import psutil
 import pytest
 
 from loadtune import distributed
@@ -22,6 +21,8 @@ from loadtune.recommend import recommend, snippet
 from loadtune.results import Block, RankFigures, ScanResult, Trial
 from loadtune.runner import TrialRequest, run_trial
 from loadtune.spec import SpecRef
+
+from conftest import live_group_members
 
 SPECS = Path(__file__).parent / "specs"
 QUICK = Timing(warmup_s=0.1, block_s=0.1, blocks=3, max_s=40)
@@ -48,17 +49,6 @@ def run_ranks_trial(folder: Path, factory: str, config: TrialConfig, setup: Rank
     request = TrialRequest(config, "cpu", QUICK, LoaderOptions(shuffle=False), 60.0, "fork", ranks=setup)
     on_event = (lambda kind, payload: pids.append(payload) if kind == "process" else None) if pids is not None else None
     return run_trial(SpecRef.parse(f"{folder / 'ranked.py'}:{factory}"), request, on_event)
-
-
-def live_group_members(pgid):
-    members = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc.pid)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return members
 
 
 def test_two_ranks_measure_disjoint_shards_that_cover_the_dataset(ranked):

@@ -1,15 +1,15 @@
 """Trials in isolated processes with real DataLoader workers: results, failures, timeouts, no orphans."""
 
-import os
 from pathlib import Path
 
-import psutil
 import pytest
 
 from loadtune.measure import LoaderOptions, Timing
-from loadtune.runner import TrialRequest, run_trial
 from loadtune.plan import TrialConfig
+from loadtune.runner import TrialRequest, run_trial
 from loadtune.spec import SpecRef
+
+from conftest import live_group_members
 
 SPECS = Path(__file__).parent / "specs"
 QUICK = Timing(warmup_s=0.1, block_s=0.1, blocks=2, max_s=20)
@@ -17,19 +17,6 @@ QUICK = Timing(warmup_s=0.1, block_s=0.1, blocks=2, max_s=20)
 
 def request(config, timeout=30.0, timing=QUICK):
     return TrialRequest(config, "cpu", timing, LoaderOptions(shuffle=False), timeout, "fork")
-
-
-def live_group_members(pgid):
-    """Processes of the trial's session still running (killed ones may linger as zombies until
-    init reaps them: dead, holding no memory)."""
-    members = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc.pid)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return members
 
 
 def test_trial_with_workers_measures_and_counts_every_process():
