@@ -34,7 +34,7 @@ from pathlib import Path
 import loadtune  # before torch: it silences torch's warning about a missing numpy
 from loadtune.distributed import setup_for
 from loadtune.machine import usable_cores
-from loadtune.measure import LoaderOptions, Timing
+from loadtune.measure import LoaderOptions
 from loadtune.runner import TrialRequest, run_trial
 from loadtune.spec import SpecRef
 
@@ -52,8 +52,7 @@ def options(quick: bool) -> dict:
 def side_by_side(configs: dict, ranks: int, opts: dict, repeats: int, seed: int) -> dict:
     """Each config on ``ranks`` ranks, ``repeats`` times, interleaved in a shuffled order."""
     scan_opts = loadtune.ScanOptions(**{k: v for k, v in opts.items() if k in loadtune.ScanOptions.__dataclass_fields__})
-    timing = Timing(warmup_s=scan_opts.warmup, block_s=scan_opts.block_time, blocks=scan_opts.blocks,
-                    max_s=scan_opts.timeout * 0.8, min_blocks=scan_opts.min_blocks)
+    timing = scan_opts.timing()
     source = SpecRef.parse(SPEC)
     setup = setup_for(ranks, 1, 0, "cpu", scan_opts.blocks * scan_opts.block_time, source)
     runs: dict[str, list] = {name: [] for name in configs}

@@ -73,6 +73,11 @@ class ScanOptions:
     max_memory: int | str | None = None  # configs whose peak host memory exceeds this are not recommended ("8G")
     diagnose: bool = True  # profile the stages once (where the time goes, the bound)
 
+    def timing(self) -> Timing:
+        """How each trial measures; the soft cap leaves the hard per-trial timeout a margin."""
+        return Timing(warmup_s=self.warmup, block_s=self.block_time, blocks=self.blocks, max_s=self.timeout * 0.8,
+                      min_blocks=self.min_blocks, target_spread=self.target_spread)
+
     def validate(self) -> None:
         if self.step_ms is not None:
             try:
@@ -364,10 +369,7 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     KeyboardInterrupt propagates."""
     result, opts, strategy = plan.result, plan.options, plan.strategy
     references = set(result.settings["references"])
-    timing = Timing(
-        warmup_s=opts.warmup, block_s=opts.block_time, blocks=opts.blocks, max_s=opts.timeout * 0.8,
-        min_blocks=opts.min_blocks, target_spread=opts.target_spread,
-    )
+    timing = opts.timing()
     loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
     workload = workload_of(result)
     ranks = distributed.setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, plan.device,

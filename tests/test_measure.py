@@ -83,6 +83,33 @@ def test_warmup_drains_the_prefetch_queue():
     assert warm.batches >= 2 * 4 + 1  # workers x prefetch_factor batches can be queued before timing starts
 
 
+class SlowAndFastEpochs(torch.utils.data.Dataset):
+    """Epochs alternate between ~20 ms and ~70 ms, as a loader's epochs vary with its restarts."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        epoch, self.calls = self.calls // 4, self.calls + 1
+        time.sleep(0.005 if epoch % 2 == 0 else 0.0175)
+        return torch.tensor([i])
+
+
+def test_whole_epoch_blocks_do_not_end_early_on_a_slow_epoch():
+    # Ending a block at the first epoch end past min_s gives one-epoch blocks that are all slow and
+    # two-epoch blocks that start fast: their median overstates the rate. The count is set beforehand.
+    meter = meter_for(from_objects(SlowAndFastEpochs()), TrialConfig(batch_size=1, num_workers=0))
+    meter.startup()
+    meter.phase(0.2)  # warm-up: several epochs of both kinds
+    assert meter.aligned
+    blocks = [meter.phase(0.06) for _ in range(6)]
+    assert {b.epochs for b in blocks} == {3}  # the fastest epoch takes ~20 ms: three last 60 ms in any order
+    assert all(b.seconds >= 0.06 for b in blocks)
+
+
 def test_long_epochs_keep_time_based_blocks():
     spec = load_spec(SPECS / "short_epoch.py")  # epochs of 3 batches
     config = TrialConfig(batch_size=4, num_workers=0)

@@ -1,0 +1,157 @@
+"""How accurate is one trial? Each trial's estimate against a 10x longer run of the same config (issue 3).
+
+``search_quality.py`` checks only each scan's pick, with the benchmark's short timing. Here every
+trial is one that ``loadtune scan`` would run, at loadtune's *default* timing (1 s warm-up, blocks of
+0.5 s, 3 to 10 of them until the median is known to 3%), on several configs per archetype. Each is
+paired with a run of the same config with 10x the blocks that trial took (no early stop), and the
+two run back to back, in a shuffled order, over ``--rounds`` rounds, so that the machine's drift
+lands on both sides of a pair rather than between them. Target: the trial's median within +-5% of
+the long run's.
+
+    python benchmarks/accuracy.py --out benchmarks/accuracy.json
+    python benchmarks/accuracy.py --archetypes cpu_bound --rounds 1 --out /tmp/acc.json   # a smoke run
+
+The figures are throughputs on this machine: run it on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import loadtune  # noqa: F401  before torch: it silences torch's warning about a missing numpy
+from loadtune.measure import LoaderOptions
+from loadtune.plan import TrialConfig
+from loadtune.results import check_writable, write_atomic
+from loadtune.runner import TrialRequest, run_trial
+from loadtune.scan import ScanOptions, prepare
+from loadtune.spec import SpecRef
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_quality import ARCHETYPE_DIR, ARCHETYPES, load_average, rel_error, spec_batch_size  # noqa: E402
+
+TARGET = 0.05
+# Configs per archetype: no workers, the cores' count, and past it (more for the storage-bound
+# archetype, whose workers wait rather than compute)
+CONFIGS = {"default": [(0, None, False), (2, 2, False), (4, 2, True)],
+           "storage_latency": [(0, None, False), (4, 2, False), (16, 2, True)]}
+
+
+def configs_for(name: str, batch_size: int) -> list[TrialConfig]:
+    return [TrialConfig(batch_size, w, prefetch_factor=pf, persistent_workers=persist)
+            for w, pf, persist in CONFIGS.get(name, CONFIGS["default"])]
+
+
+class Runner:
+    """Trials at loadtune's default timing, and long runs of a fixed block count, as a scan runs them."""
+
+    def __init__(self, spec: str, seed: int):
+        plan = prepare(spec)
+        self.source, self.device, self.start_method = SpecRef.parse(spec), plan.device, plan.machine.start_method
+        self.loader = LoaderOptions(shuffle=plan.options.shuffle, drop_last=plan.options.drop_last, seed=seed)
+        self.opts = ScanOptions()
+
+    def run(self, config: TrialConfig, blocks: int | None = None):
+        o = self.opts
+        timing, timeout = o.timing(), o.timeout  # exactly a default scan's trial
+        if blocks is not None:  # a fixed count of blocks, no early stop: the reference
+            timeout = max(o.timeout, 4 * (o.warmup + blocks * o.block_time) + 30)
+            timing = replace(timing, blocks=blocks, min_blocks=blocks, target_spread=0.0, max_s=timeout * 0.8)
+        return run_trial(self.source, TrialRequest(config, self.device, timing, self.loader, timeout, self.start_method))
+
+
+def pair(runner: Runner, config: TrialConfig, factor: int) -> dict:
+    short = runner.run(config)
+    if not short.ok:
+        return {"config": config.label(), "error": short.error.message}
+    blocks = factor * len(short.blocks)
+    long = runner.run(config, blocks)
+    if not long.ok:
+        return {"config": config.label(), "error": long.error.message}
+    return {
+        "config": config.label(),
+        "trial": short.estimate.median,
+        "trial_rel_spread": short.estimate.rel_spread,
+        "trial_blocks": len(short.blocks),
+        "long": long.estimate.median,
+        "long_blocks": len(long.blocks),
+        "rel_error": rel_error(short.estimate.median, long.estimate.median),
+        "within_interval": short.estimate.low <= long.estimate.median <= short.estimate.high,
+    }
+
+
+def run_archetype(name: str, args: argparse.Namespace) -> dict:
+    spec = str(ARCHETYPE_DIR / f"{name}.py")
+    runner = Runner(spec, args.seed)
+    configs = configs_for(name, spec_batch_size(spec))
+    rng = random.Random(args.seed)
+    pairs, load_start = [], load_average()
+    for r in range(args.rounds):
+        order = list(configs)
+        rng.shuffle(order)
+        for config in order:
+            p = dict(pair(runner, config, args.factor), round=r)
+            pairs.append(p)
+            err = p.get("rel_error")
+            print(f"  {name:<16} {p['config']:<22} " + (f"trial {p['trial']:>10,.0f} ±{p['trial_rel_spread']:.1%} "
+                  f"({p['trial_blocks']} blocks)  long {p['long']:>10,.0f} ({p['long_blocks']} blocks)  error {err:+.1%}"
+                  if err is not None else f"failed: {p['error']}"), flush=True)
+    return {"archetype": name, "pairs": pairs, "load_average_start": load_start, "load_average_end": load_average()}
+
+
+def summary(records: list[dict]) -> dict:
+    errors = [abs(p["rel_error"]) for r in records for p in r["pairs"] if p.get("rel_error") is not None]
+    inside = [p["within_interval"] for r in records for p in r["pairs"] if "within_interval" in p]
+    return {
+        "trials": len(errors),
+        "within_target": sum(e <= TARGET for e in errors),
+        "median_abs_error": statistics.median(errors) if errors else None,
+        "max_abs_error": max(errors, default=None),
+        "long_run_inside_trial_interval": sum(inside),
+        "per_archetype": {r["archetype"]: {
+            "within_target": sum(abs(p["rel_error"]) <= TARGET for p in r["pairs"] if p.get("rel_error") is not None),
+            "trials": sum(p.get("rel_error") is not None for p in r["pairs"]),
+            "max_abs_error": max((abs(p["rel_error"]) for p in r["pairs"] if p.get("rel_error") is not None), default=None),
+        } for r in records},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, type=Path, help="JSON file for every figure (rewritten after each archetype)")
+    p.add_argument("--archetypes", default=",".join(ARCHETYPES), help="comma-separated subset (default: all six)")
+    p.add_argument("--rounds", type=int, default=2, help="rounds over each archetype's configs (default 2)")
+    p.add_argument("--factor", type=int, default=10, help="the long run's blocks as a multiple of the trial's (default 10)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    names = [n.strip() for n in args.archetypes.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ARCHETYPES]
+    if unknown or args.rounds < 1 or args.factor < 1:
+        p.error(f"archetypes from {', '.join(ARCHETYPES)}; --rounds and --factor at least 1")
+    check_writable(args.out)
+    started = time.monotonic()
+    print(f"accuracy: {', '.join(names)}; {args.rounds} rounds; long runs {args.factor}x the trial's blocks; "
+          f"load average {load_average()}", flush=True)
+    document = {"benchmark": "accuracy", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
+                "target_abs_error": TARGET, "archetypes": []}
+    for name in names:
+        document["archetypes"].append(run_archetype(name, args))
+        document["summary"] = summary(document["archetypes"])
+        document["wall_s"] = time.monotonic() - started
+        write_atomic(args.out, json.dumps(document, indent=1, default=str) + "\n")
+    s = document["summary"]
+    print(f"\n{s['within_target']}/{s['trials']} trials within ±{TARGET:.0%} of their long run; median |error| "
+          f"{s['median_abs_error']:.1%}, worst {s['max_abs_error']:.1%}; the long run's median inside the trial's "
+          f"interval {s['long_run_inside_trial_interval']}/{s['trials']}; {document['wall_s']:.0f} s; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
