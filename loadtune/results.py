@@ -40,6 +40,15 @@ class Block:
     wait_s: float | None = None  # the consumer waited for data this long (None: no consumer step)
     h2d_bytes: int | None = None  # bytes of the batches copied to a CUDA device (None: none copied)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Block":
+        """A block read back from JSON; its figures must be numbers, or every estimate made from it fails later."""
+        block = cls(**data)
+        figures = (block.samples, block.batches, block.seconds, block.epochs, block.wait_s or 0, block.h2d_bytes or 0)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") for v in figures):
+            raise ValueError(f"a block's figures are not all non-negative numbers: {data}")
+        return block
+
     @property
     def rate(self) -> float:
         return self.samples / self.seconds if self.seconds > 0 else 0.0
@@ -126,8 +135,8 @@ class RankFigures:
     @classmethod
     def from_dict(cls, data: dict) -> "RankFigures":
         data = dict(data)
-        data["warmup"] = Block(**data["warmup"]) if data.get("warmup") else None
-        data["blocks"] = [Block(**b) for b in data.get("blocks", [])]
+        data["warmup"] = Block.from_dict(data["warmup"]) if data.get("warmup") else None
+        data["blocks"] = [Block.from_dict(b) for b in data.get("blocks", [])]
         return cls(**data)
 
 
@@ -221,8 +230,8 @@ class Trial:
         data = dict(data)
         data.pop("samples_per_s", None)
         data["config"] = TrialConfig.from_dict(data["config"])
-        data["warmup"] = Block(**data["warmup"]) if data.get("warmup") else None
-        data["blocks"] = [Block(**b) for b in data.get("blocks", [])]
+        data["warmup"] = Block.from_dict(data["warmup"]) if data.get("warmup") else None
+        data["blocks"] = [Block.from_dict(b) for b in data.get("blocks", [])]
         if data.get("memory"):
             mem = dict(data["memory"])
             mem["samples"] = [tuple(s) for s in mem.get("samples", [])]
@@ -513,11 +522,13 @@ class ScanResult:
                 f"schema version {data.get('schema_version')!r} is not the one this loadtune reads "
                 f"({SCHEMA_VERSION}); re-run the scan with this version"
             )
-        missing = [k for k in ("options", "device", "references") if k not in data.get("settings", {})]
+        if not isinstance(data.get("settings"), dict):
+            raise ResultError("malformed scan result: 'settings' is missing or not an object")
+        missing = [k for k in ("options", "device", "references") if k not in data["settings"]]
         if missing:
             raise ResultError(f"malformed scan result: settings lack {', '.join(missing)}")
         try:
-            return cls(
+            result = cls(
                 spec=SpecInfo(**data["spec"]),
                 machine=MachineInfo.from_dict(data["machine"]),
                 settings=data["settings"],
@@ -532,8 +543,10 @@ class ScanResult:
                 loadtune_version=data["loadtune_version"],
                 h2d_peak_gbps=data.get("h2d_peak_gbps"),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+            result.configs  # every estimate a report shows: a damaged figure is refused here, not mid-report
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ResultError(f"malformed scan result: {type(exc).__name__}: {exc}") from None
+        return result
 
     def save(self, path: str | Path) -> None:
         """Write atomically: a reader (or a crash) never sees a half-written file."""

@@ -7,6 +7,7 @@ dict, then explicit arguments (CLI flags). Every option is checked before any tr
 from __future__ import annotations
 
 import hashlib
+import math
 import pickle
 import random
 import statistics
@@ -37,6 +38,11 @@ MAX_WORKERS_FLOOR = 64  # the adaptive search may extend num_workers up to max(t
 
 class OptionsError(ValueError):
     """An invalid option value or an unknown option name: refused before any work, exit code 2."""
+
+
+def is_seconds(value: object) -> bool:
+    """A positive, finite number (NaN compares false with everything and would pass a plain ``<= 0``)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 @dataclass
@@ -92,7 +98,7 @@ class ScanOptions:
             raise OptionsError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
         for name in ("warmup", "block_time", "timeout"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            if not is_seconds(value):
                 raise OptionsError(f"{name} must be a positive number of seconds, got {value!r}")
         for name, low in (("seed", None), ("blocks", 1), ("min_blocks", 1), ("confirm", 0)):
             value = getattr(self, name)
@@ -102,7 +108,7 @@ class ScanOptions:
             self.min_blocks = self.blocks
         if self.search not in ("adaptive", "grid"):
             raise OptionsError(f"search must be 'adaptive' or 'grid', got {self.search!r}")
-        if self.budget is not None and (not isinstance(self.budget, (int, float)) or isinstance(self.budget, bool) or self.budget <= 0):
+        if self.budget is not None and not is_seconds(self.budget):
             raise OptionsError(f"budget must be a positive number of seconds, got {self.budget!r}")
         if not isinstance(self.target_spread, (int, float)) or isinstance(self.target_spread, bool) or not 0 <= self.target_spread < 1:
             raise OptionsError(f"target_spread must be a fraction in [0, 1), got {self.target_spread!r}")

@@ -94,6 +94,11 @@ def test_tuple_becomes_list():
         ({"noise_floor": 1.0}, "noise_floor"),
         ({"noise_floor": -0.1}, "noise_floor"),
         ({"timeout": 1.0, "warmup": 1.0, "block_time": 0.5}, "timeout"),
+        ({"warmup": float("nan")}, "warmup"),
+        ({"block_time": float("inf")}, "block_time"),
+        ({"timeout": float("nan")}, "timeout"),
+        ({"budget": float("nan")}, "budget"),
+        ({"target_spread": float("nan")}, "target_spread"),
     ],
 )
 @pytest.mark.parametrize("where", ["spec", "overrides"])

@@ -253,6 +253,11 @@ def test_load_wrong_schema_version(tmp_path, machine_info, version):
         lambda d: d["trials"].append(7),
         lambda d: d["machine"].pop("usable_cores"),
         lambda d: d.update(recommendation={"config": None}),
+        lambda d: d.update(settings=None),
+        lambda d: d.update(settings="options"),
+        lambda d: d["trials"][0]["blocks"][0].update(seconds="x"),
+        lambda d: d["trials"][0]["blocks"][0].update(samples=None),
+        lambda d: d["trials"][0].update(blocks="not a list"),
     ],
 )
 def test_load_malformed_result(tmp_path, machine_info, damage):
