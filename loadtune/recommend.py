@@ -83,18 +83,22 @@ def excluded_reason(excluded: list[ConfigResult], limit: int | None) -> str:
     return f"; {n} config{'s' if n != 1 else ''} over the {size_text(limit)} memory limit left out"
 
 
-def persistent_saving(configs: list[ConfigResult], config: TrialConfig, epoch_samples: int | None) -> float | None:
+def persistent_saving(configs: list[ConfigResult], config: TrialConfig, epoch_samples: int | None,
+                      noise_floor: float = NOISE_FLOOR) -> float | None:
     """Seconds per epoch that ``persistent_workers=True`` saves at ``config``'s other settings: the
-    epoch time without it minus with it, from the two measured rates. None unless both were measured."""
+    epoch time without it minus with it, from the two measured rates; 0.0 when the noise cannot tell
+    the two apart (a difference inside it is not a saving). None unless both were measured."""
     if not config.num_workers or not epoch_samples:
         return None
-    rates = {}
+    found = {}
     for c in configs:
         if c.ok and replace(c.config, persistent_workers=config.persistent_workers) == config:
-            rates[c.config.persistent_workers] = c.estimate.median
-    if len(rates) < 2 or min(rates.values()) <= 0:
+            found[c.config.persistent_workers] = c.estimate
+    if len(found) < 2 or min(e.median for e in found.values()) <= 0:
         return None
-    return epoch_samples / rates[False] - epoch_samples / rates[True]
+    if indistinguishable(found[False], found[True], noise_floor):
+        return 0.0
+    return epoch_samples / found[False].median - epoch_samples / found[True].median
 
 
 def explain(pick: ConfigResult, best: ConfigResult, tied: list[ConfigResult]) -> str:

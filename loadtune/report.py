@@ -20,7 +20,7 @@ from . import bound as bound_mod
 from . import footprint
 from .check import PASS, REGRESSION, CheckResult, summary_line
 from .compare import Comparison, ConfigDiff
-from .recommend import persistent_saving, snippet
+from .recommend import NOISE_FLOOR, persistent_saving, snippet
 from .results import ConfigResult, ScanResult, StageCost, Trial
 from .view import Row, rows as view_rows
 
@@ -269,7 +269,7 @@ def recommendation_panel(result: ScanResult) -> Panel:
     lines.append(f"{rec.config.label()}", style="bold")
     runs = sum(1 for t in pick.trials if t.ok)
     lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} "
-                 + (f"(median of {runs} runs' medians, {est.n} blocks in all)\n" if runs > 1 else f"(median of {est.n} blocks)\n"))
+                 + (f"(median of {est.n} blocks pooled from {runs} runs)\n" if runs > 1 else f"(median of {est.n} blocks)\n"))
     if rec.speedup is not None and rec.baseline != rec.config:
         base = result.config_result(rec.baseline).estimate
         lines.append(
@@ -296,11 +296,14 @@ def recommendation_panel(result: ScanResult) -> Panel:
         lines.append(f"Per rank: num_workers={rec.config.num_workers} on each of {n} ranks ({rec.config.num_workers * n} "
                      f"workers on the node); the slowest rank delivers {rate(pick.slowest_rank_rate)} samples/s, "
                      f"all ranks together {rate(pick.aggregate_rate)} samples/s when none waits.\n")
-    saving = persistent_saving(result.configs, rec.config, result.spec.length)
-    if saving is not None:
+    floor = result.settings["options"].get("noise_floor", NOISE_FLOOR)
+    saving = persistent_saving(result.configs, rec.config, result.spec.length, floor)
+    if saving == 0.0:
+        lines.append("persistent_workers makes no difference here beyond the noise (measured with and without it).\n")
+    elif saving is not None:
         lines.append(
-            f"persistent_workers=True saves {saving:.3f} s per epoch of {result.spec.length} samples here "
-            "(worker start-up at every epoch's end, measured with and without it).\n"
+            f"persistent_workers=True {'saves' if saving > 0 else 'costs'} {abs(saving):.3f} s per epoch of "
+            f"{result.spec.length} samples here (worker start-up at every epoch's end, measured with and without it).\n"
         )
     if len(rec.tied) > 1:
         lines.append("Tied within the noise: " + ", ".join(c.label() for c in rec.tied if c != rec.config) + "\n")

@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler
 
 from loadtune.plan import TrialConfig
-from loadtune.recommend import MEMORY_GRAIN, baseline_for, cost, recommend, snippet
-from loadtune.results import Block, MemoryUsage, Trial, TrialError
+from loadtune.recommend import MEMORY_GRAIN, baseline_for, cost, persistent_saving, recommend, snippet
+from loadtune.results import Block, MemoryUsage, Trial, TrialError, by_config
 
 MiB = 2**20
 
@@ -274,3 +274,19 @@ def test_snippet_transfer_hint():
     assert "non_blocking=True" in snippet(cfg(2, pin=True, transfer="non_blocking"), False, False, False)
     assert "batch.to(device)" in snippet(cfg(2, transfer="sync"), False, False, False)
     assert ".to(" not in snippet(cfg(2), False, False, False)
+
+
+# ---------------------------------------------------------------- persistent_workers saving
+
+
+def test_persistent_saving_from_two_distinct_rates():
+    configs = by_config([trial(cfg(2, persist=False), scaled(NOISY, 4.0)), trial(cfg(2, persist=True), scaled(NOISY, 8.0))])
+    # 800 samples an epoch: 2 s at 400 samples/s, 1 s at 800 samples/s
+    assert persistent_saving(configs, cfg(2, persist=True), 800) == pytest.approx(1.0)
+    assert persistent_saving(configs, cfg(0), 800) is None  # no workers, nothing to keep alive
+
+
+def test_persistent_saving_inside_the_noise_is_none_of_it():
+    configs = by_config([trial(cfg(2, persist=False), scaled(NOISY, 4.0)), trial(cfg(2, persist=True), scaled(NOISY, 4.04))])
+    assert persistent_saving(configs, cfg(2, persist=True), 800) == 0.0  # not "-0.02 s per epoch"
+    assert persistent_saving(by_config([trial(cfg(2, persist=True), NOISY)]), cfg(2, persist=True), 800) is None
