@@ -19,6 +19,8 @@ whole job); ``gather_nodes`` brings the nodes' picks to node 0 for one per-node 
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import multiprocessing
 import os
@@ -152,10 +154,8 @@ def rank_main(source: SpecRef | LoadedSpec, request, conns: list, launched: floa
         device = torch.device(f"cuda:{local_rank}") if request.device.startswith("cuda") else torch.device("cpu")
         # a barrier gives up on a rank that hangs well before the runner's hard limit, so the message names it
         timeout = timedelta(seconds=max(10.0, 0.5 * (request.timing.max_s - (time.time() - launched))))
-        if device.type == "cuda":
-            dist.init_process_group(setup.backend, timeout=timeout, device_id=device)
-        else:
-            dist.init_process_group(setup.backend, timeout=timeout)
+        bind = device.type == "cuda" and "device_id" in inspect.signature(dist.init_process_group).parameters
+        dist.init_process_group(setup.backend, timeout=timeout, **({"device_id": device} if bind else {}))
         # what the user's dataset (an IterableDataset sharding itself) sees: the job's global layout
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(setup.world_size), GROUP_RANK=str(setup.node_rank),
                           GROUP_WORLD_SIZE=str(setup.nnodes))
@@ -305,14 +305,22 @@ def free_port() -> int:
 def launch_config(setup: RankSetup, files: Path):
     """torchrun's machinery for one node of ranks: c10d rendezvous on localhost, no restarts (a
     failed rank fails the trial), fast monitoring, the agent's files kept with the trial's."""
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
+    known = {f.name for f in dataclasses.fields(LaunchConfig)}  # it gained fields over torch releases
+    extra: dict = {}
+    if "logs_specs" in known:  # torch >= 2.3
+        from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+
+        extra["logs_specs"] = DefaultLogsSpecs(log_dir=str(files))
+    else:
+        extra["log_dir"] = str(files)
+    if "shutdown_timeout" in known:
+        extra["shutdown_timeout"] = SHUTDOWN_S
     return LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=setup.nproc_per_node, run_id=f"loadtune-{os.getpid()}",
         role="loadtune", rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", rdzv_configs={"timeout": 60},
-        max_restarts=0, monitor_interval=0.05, start_method=setup.start_method,
-        logs_specs=DefaultLogsSpecs(log_dir=str(files)), shutdown_timeout=SHUTDOWN_S,
+        max_restarts=0, monitor_interval=0.05, start_method=setup.start_method, **extra,
     )
 
 

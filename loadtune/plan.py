@@ -212,7 +212,8 @@ def build_grid(space: SearchSpace, accelerator: bool) -> tuple[list[TrialConfig]
         pins = [space.pin] if space.pin is not None else [False, True]
     else:
         pins = [False]
-        skips.append(Skip("pin_memory=True", "no accelerator: pinning only speeds host-to-device copies"))
+        skips.append(Skip("pin_memory=True", "batches stay on the CPU (no CUDA device, or --device cpu): pinning only "
+                          "speeds host-to-device copies"))
     if not accelerator and space.transfers:
         skips.append(Skip(f"transfer {','.join(space.transfers)}", "no CUDA device: batches stay on the CPU"))
     elif accelerator and "non_blocking" in (space.transfers or DEVICE_TRANSFERS):

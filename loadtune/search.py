@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, replace
 
 from .plan import SearchSpace, Skip, TrialConfig, transfers_for
-from .recommend import contenders
+from .recommend import baseline_for, contenders
 from .results import ConfigResult, ScanResult, by_config
 from .stats import indistinguishable
 
@@ -39,13 +39,18 @@ def skipped_keys(result: ScanResult) -> set[str]:
 
 
 def confirmation(result: ScanResult, rounds: int, noise_floor: float, seed: int) -> list[Proposal]:
-    """Contenders from the search, re-measured once per round in a shuffled order."""
+    """Contenders from the search, re-measured once per round in a shuffled order, with PyTorch's
+    defaults at the likely pick's batch size: the gain over them is then measured side by side too,
+    not against the scan's very first trial."""
     search = list(measured(result).values())
     tied = contenders(search, noise_floor)
     if len(tied) <= 1:
         return []  # a clear winner: nothing to confirm
     best = max(tied, key=lambda c: c.estimate.median)
     chosen = tied[: MAX_CONFIRM - 1] + ([best] if best not in tied[: MAX_CONFIRM - 1] else [])
+    default = baseline_for(search, tied[0].config.batch_size)
+    if default is not None and default not in chosen:
+        chosen.append(default)
     out = []
     skipped = skipped_keys(result)
     for r in range(1, rounds + 1):
