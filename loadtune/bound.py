@@ -208,9 +208,12 @@ def scan_bound(result: "ScanResult") -> Bound | None:
 
 
 def pick_fraction(result: "ScanResult") -> float | None:
-    """The recommended config's throughput as a fraction of the bound (same batch size only)."""
+    """The recommended config's throughput as a fraction of the bound (same batch size only). Like
+    with like: the bound comes from mean costs, so the pick's long-run rate (``mean_rate``), not its
+    median block, is set against it."""
     bound, rec = result.bound, result.recommendation
     if bound is None or rec is None or rec.config.batch_size != bound.batch_size:
         return None
     pick = result.config_result(rec.config)
-    return bound.fraction(pick.estimate.median) if pick and pick.ok else None
+    rate = pick.mean_rate if pick and pick.ok else None
+    return bound.fraction(rate) if rate else None

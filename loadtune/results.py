@@ -270,6 +270,15 @@ class ConfigResult:
         return estimate([rate for t in runs for rate in t.pace_rates[:m]])
 
     @property
+    def mean_rate(self) -> float | None:
+        """Samples over seconds of all timed blocks: the long-run rate, which a bound built from mean
+        per-sample costs is compared with (a median block of a heavy-tailed dataset holds fewer slow
+        samples than the mean and reads above it)."""
+        blocks = [b for t in self.trials if t.ok for b in t.blocks]
+        seconds = sum(b.seconds for b in blocks)
+        return sum(b.samples for b in blocks) / seconds if seconds > 0 else None
+
+    @property
     def startup_s(self) -> float | None:
         values = [t.startup_s for t in self.trials if t.startup_s is not None]
         return statistics.median_high(values) if values else None

@@ -139,3 +139,15 @@ def test_scan_result_carries_stages_through_json_and_old_files_load(tmp_path):
     path.write_text(json.dumps(data))
     old = ScanResult.load(path)
     assert old.stages is None and old.bound is None and pick_fraction(old) is None
+
+
+def test_the_pick_is_set_against_the_bound_at_its_long_run_rate():
+    # heavy-tailed costs: most blocks run at 500/s, one holding the slow samples at 100/s. The median
+    # block reads 500/s, but the long run (what a mean-cost bound describes) is 700 samples / 2.4 s
+    blocks = [Block(100, 10, 0.2), Block(100, 10, 0.2), Block(100, 10, 0.2), Block(100, 10, 1.0), Block(300, 30, 0.8)]
+    result = result_with_stages(StageCosts(batch_size=10, device="cpu", fetch_cpu=stage([1.0], 10),
+                                           fetch_wall=stage([1.0], 10), collate=stage([0.1]), max_workers=2))
+    pick = result.config_result(result.recommendation.config)
+    pick.trials[0].blocks = blocks
+    assert pick.estimate.median == pytest.approx(500)
+    assert pick_fraction(result) == pytest.approx((700 / 2.4) / result.bound.rate)
