@@ -163,10 +163,14 @@ def rank_main(source: SpecRef | LoadedSpec, request, conns: list, launched: floa
         # the soft limit counts from the launch, as the runner's hard one does: rendezvous and start-up use it up too
         timing = replace(request.timing, max_s=request.timing.max_s - (time.time() - launched))
 
+        # The barriers run on gloo even under NCCL: a gloo barrier that times out raises here, so the
+        # verdict names the rank that never came, where NCCL's watchdog would abort this waiting rank.
+        group = dist.new_group(backend="gloo", timeout=timeout) if setup.backend == "nccl" else None
+
         def barrier(name: str) -> None:
             emit("barrier", name)
             try:
-                dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
+                dist.barrier(group=group)
             except Exception as exc:  # noqa: BLE001 - a lost peer, whatever the backend calls it
                 raise PeerLost(name, exc) from exc
 

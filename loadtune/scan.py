@@ -140,6 +140,8 @@ def resolve_options(spec_defaults: dict, overrides: dict) -> ScanOptions:
     for key in ("batch_size", "workers", "prefetch", "start_method", "transfer"):
         if key in merged:
             merged[key] = as_list(merged[key])
+            if not merged[key]:
+                raise OptionsError(f"{key} is an empty list: give at least one value, or leave it out for the default")
     opts = ScanOptions(**merged)
     opts.validate()
     return opts

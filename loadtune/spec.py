@@ -122,6 +122,10 @@ def import_spec(path: Path) -> Any:
                 f"syntax error in {exc.filename}:{exc.lineno}, imported by the spec: {exc.msg}", path, spec_line(exc, path)
             ) from None
         raise SpecError(f"syntax error: {exc.msg}", path, spec_line(exc, path)) from None
+    except SystemExit as exc:  # a script's own `sys.exit()`, e.g. an unguarded command-line entry point
+        del sys.modules[name]
+        raise SpecError(f"importing the spec called sys.exit({exc.code!r}); put script code under "
+                        "`if __name__ == \"__main__\":`", path, spec_line(exc, path)) from None
     except Exception as exc:
         del sys.modules[name]
         raise SpecError(f"importing the spec raised {type(exc).__name__}: {exc}", path, spec_line(exc, path)) from None

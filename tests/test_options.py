@@ -99,6 +99,8 @@ def test_tuple_becomes_list():
         ({"timeout": float("nan")}, "timeout"),
         ({"budget": float("nan")}, "budget"),
         ({"target_spread": float("nan")}, "target_spread"),
+        ({"batch_size": []}, "batch_size"),
+        ({"workers": []}, "workers"),
     ],
 )
 @pytest.mark.parametrize("where", ["spec", "overrides"])

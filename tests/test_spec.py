@@ -245,6 +245,14 @@ def test_exception_at_import_names_line(write_spec):
     assert path.stem not in sys.modules
 
 
+def test_sys_exit_at_import_is_a_spec_error(write_spec):
+    path = write_spec("import sys\n\nsys.exit(1)\n")  # a training script's entry point, unguarded
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert "sys.exit(1)" in str(info.value) and "__main__" in str(info.value) and info.value.line == 3
+    assert path.stem not in sys.modules
+
+
 def test_import_error_in_called_helper_names_deepest_spec_line(write_spec):
     path = write_spec("def helper():\n    return 1 / 0\n\nx = helper()\n")
     with pytest.raises(SpecError) as info:
