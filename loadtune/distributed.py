@@ -382,7 +382,9 @@ def launcher_env(environ=os.environ) -> LauncherEnv | None:
     except (KeyError, ValueError) as exc:
         raise DistributedError(f"started by a launcher (TORCHELASTIC_RUN_ID is set) but its environment is incomplete "
                                f"or malformed ({exc}); run under torchrun, or unset TORCHELASTIC_RUN_ID") from None
-    store = f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}" if "MASTER_ADDR" in environ and "MASTER_PORT" in environ else None
+    # MASTER_ADDR:MASTER_PORT is a store someone hosts only when the agent says it shares its own
+    hosted = environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and "MASTER_ADDR" in environ and "MASTER_PORT" in environ
+    store = f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}" if hosted else None
     return LauncherEnv(local_rank, local_world, node_rank, nnodes, store)
 
 

@@ -186,9 +186,12 @@ def test_snippet_for_ranks_uses_a_distributed_sampler():
 
 def test_launcher_environment_is_detected():
     env = {"TORCHELASTIC_RUN_ID": "x", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8", "RANK": "5",
-           "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+           "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29500",
+           "TORCHELASTIC_USE_AGENT_STORE": "True"}
     got = launcher_env(env)
     assert (got.local_rank, got.local_world_size, got.node_rank, got.nnodes, got.store) == (1, 4, 1, 2, "node0:29500")
+    # without the agent sharing its store nobody listens at MASTER_ADDR:MASTER_PORT: not taken for a meeting point
+    assert launcher_env({**env, "TORCHELASTIC_USE_AGENT_STORE": "False"}).store is None
     assert launcher_env({}) is None
     with pytest.raises(distributed.DistributedError, match="incomplete"):
         launcher_env({"TORCHELASTIC_RUN_ID": "x"})
