@@ -58,7 +58,7 @@ def test_pin_not_searched_without_accelerator():
     assert all(c.transfer == "none" for c in configs)
     assert len(skips) == 1
     assert "pin_memory" in skips[0].what
-    assert "accelerator" in skips[0].why
+    assert "stay on the CPU" in skips[0].why
 
 
 def test_pin_not_searched_without_accelerator_even_if_asked():
