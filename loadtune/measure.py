@@ -264,8 +264,8 @@ class Meter:
         with the worker restarts between them that ``persistent_workers`` removes. How many epochs
         is decided before the phase starts (``epochs_for``): ending a block at the first epoch
         boundary past ``min_s`` would end it early exactly when an epoch was slow, and the median of
-        such blocks overstated a restarting loader's rate (by 5-40% on benchmarks/archetypes'
-        tiny dataset). A phase still lasts ``min_s`` at least."""
+        such blocks overstated a restarting loader's rate (by up to 40% on
+        benchmarks/archetypes/tiny_dataset.py). A phase still lasts ``min_s`` at least."""
         clock = time.perf_counter
         start = self.mark
         whole = self.epochs_for(min_s) if self.aligned else None  # epochs this phase spans

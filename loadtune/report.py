@@ -300,11 +300,12 @@ def recommendation_panel(result: ScanResult) -> Panel:
     saving = persistent_saving(result.configs, rec.config, result.spec.length, floor)
     if saving == 0.0:
         lines.append("persistent_workers makes no difference here beyond the noise (measured with and without it).\n")
+    elif saving is not None and saving > 0:
+        lines.append(f"persistent_workers=True saves {saving:.3f} s per epoch of {result.spec.length} samples here "
+                     "(worker start-up at every epoch's end, measured with and without it).\n")
     elif saving is not None:
-        lines.append(
-            f"persistent_workers=True {'saves' if saving > 0 else 'costs'} {abs(saving):.3f} s per epoch of "
-            f"{result.spec.length} samples here (worker start-up at every epoch's end, measured with and without it).\n"
-        )
+        lines.append(f"persistent_workers=True was slower here, by {-saving:.3f} s per epoch of {result.spec.length} "
+                     "samples (measured with and without it).\n")
     if len(rec.tied) > 1:
         lines.append("Tied within the noise: " + ", ".join(c.label() for c in rec.tied if c != rec.config) + "\n")
     lines.append(bound_text(result))
