@@ -58,7 +58,20 @@ def confirmation(result: ScanResult, rounds: int, noise_floor: float, seed: int)
         order = [c.config for c in chosen if c.config not in done and c.config.key not in skipped]
         random.Random(seed + r).shuffle(order)
         out += [Proposal(c, r) for c in order]
-    return out
+    return out or unconfirmed_pick(result, rounds, noise_floor, skipped)
+
+
+def unconfirmed_pick(result: ScanResult, rounds: int, noise_floor: float, skipped: set[str]) -> list[Proposal]:
+    """Once the rounds are done: pooling them moves and widens intervals, and can make a config the
+    search measured only once (and noisily) the cheapest of the tied, so the pick. It is re-measured
+    too before it is declared; each config at most once, so this ends."""
+    confirmed = {t.config for t in result.trials if t.round}
+    if not confirmed or len(confirmed) > 2 * MAX_CONFIRM:
+        return []
+    tied = contenders(by_config(result.trials), noise_floor)
+    if not tied or tied[0].config in confirmed or tied[0].config.key in skipped:
+        return []
+    return [Proposal(tied[0].config, rounds)]
 
 
 class GridSearch:

@@ -204,3 +204,30 @@ def test_notes_say_why_the_sweep_stopped():
         result.trials.append(trial)
     (note,) = [n for n in strategy.notes(result) if n.what.startswith("num_workers")]
     assert "failed" in note.why and "stopped rising" not in note.why
+
+
+def test_a_pick_the_confirmation_made_is_itself_confirmed():
+    # The search: two 4-worker configs tie at ~1500; 2 workers reads 950 +-15%, clearly behind. The
+    # round re-measures the 4-worker pair at ~1100 (the machine drifted), the pooled intervals
+    # widen, and 2 workers becomes the cheapest config tied with the fastest: the pick. It is
+    # re-measured before it is recommended.
+    from loadtune.search import confirmation
+
+    def run(config, rates, round_=0):
+        t = Trial(config, "ok", startup_s=0.05, blocks=[Block(int(r), 10, 1.0) for r in rates],
+                  memory=MemoryUsage(200 * 2**20, 1 + config.num_workers, "pss"))
+        t.round = round_
+        return t
+
+    w2, w4a, w4b = (TrialConfig(32, 2, prefetch_factor=2), TrialConfig(32, 4, prefetch_factor=2),
+                    TrialConfig(32, 4, prefetch_factor=4))
+    result = empty_result()
+    result.trials = [run(w2, [950, 900, 1000, 1050, 850]), run(w4a, [1500, 1490, 1510, 1500, 1495]),
+                     run(w4b, [1480, 1475, 1485, 1480, 1470])]
+    first = confirmation(result, 1, 0.02, 0)
+    assert {p.config for p in first} == {w4a, w4b}  # 2 workers is not a contender yet
+    result.trials += [run(w4a, [1100, 1050, 1150, 1090, 1110], 1), run(w4b, [1080, 1040, 1120, 1070, 1090], 1)]
+    assert loadtune.recommend.recommend(result.trials).config == w2  # the pooled rounds made it the pick
+    assert [(p.config, p.round) for p in confirmation(result, 1, 0.02, 0)] == [(w2, 1)]
+    result.trials.append(run(w2, [880, 900, 920, 890, 910], 1))
+    assert confirmation(result, 1, 0.02, 0) == []  # confirmed: done, whatever the pick is now
