@@ -613,9 +613,11 @@ def bound_text(result: ScanResult) -> Text:
     out.append(f"Bound: {rate(bound.rate)} samples/s at batch size {bound.batch_size}, set by ")
     out.append(bound.stage, style="bold")
     out.append(f" ({bound.ceiling.name}: {bound.ceiling.detail})")
-    if fraction is not None:
-        reach = "at the bound" if fraction >= 0.995 else f"{fraction:.0%} of it"
-        out.append(f"; this config reaches {reach}.\n")
+    if fraction is not None and fraction > 1.05:  # beyond the profile's noise: a stage's cost was overstated
+        out.append(f"; this config measured {fraction:.0%} of it, so the profile overstated a stage's cost "
+                   "and the bound is not a ceiling here.\n")
+    elif fraction is not None:
+        out.append("; this config is at the bound.\n" if fraction >= 0.995 else f"; this config reaches {fraction:.0%} of it.\n")
     else:
         out.append("; the recommended batch size differs, so it is not compared.\n")
     if bound.workers_needed and bound.stage == bound_mod.IO_WAIT:
