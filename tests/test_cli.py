@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import interrupt_when
 
 import loadtune
 from loadtune.results import ScanResult
@@ -164,22 +165,13 @@ def test_python_api_with_an_in_memory_dataset(tmp_path):
 
 
 def test_ctrl_c_prints_and_saves_the_finished_trials(tmp_path):
-    import signal
-    import time
-
     out = tmp_path / "partial.json"
     cmd = [sys.executable, "-m", "loadtune", "scan", str(SPECS / "tiny.py"), "--workers", "0,1,2", "--prefetch", "2,4",
            "--json", str(out), "-q", "--warmup", "0.3", "--block-time", "0.3", "--blocks", "3"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "COLUMNS": "100"})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # wait for the first finished trial on disk
-        if out.exists() and json.loads(out.read_text())["trials"]:
-            break
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr
+    # the first finished trial on disk, then what a terminal's Ctrl-C does: SIGINT to the whole foreground group
+    code, stdout, stderr = interrupt_when(cmd, lambda: out.exists() and json.loads(out.read_text())["trials"], tmp_path,
+                                          env={**os.environ, "COLUMNS": "100"})
+    assert code == 130, stderr
     assert "Interrupted" in stdout and "Recommendation" in stdout
     data = json.loads(out.read_text())
     assert data["state"] == "interrupted"

@@ -3,7 +3,6 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from loadtune.measure import LoaderOptions, Timing
 from loadtune.plan import TrialConfig
 from loadtune.runner import TrialRequest, run_trial
 from loadtune.spec import SpecRef
+from conftest import interrupt_when
 
 SPECS = Path(__file__).parent / "specs"
 QUICK = ["--warmup", "0.2", "--block-time", "0.1", "--blocks", "2", "--timeout", "30"]
@@ -101,21 +101,16 @@ def test_unsharded_iterable_dataset_is_flagged_and_a_sharded_one_is_not():
     assert good.ok and good.warnings == []
 
 
-def interrupt_after_first_trial(cmd, out):
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (out.exists() and json.loads(out.read_text())["trials"]):
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGINT)
-    proc.communicate(timeout=120)
-    return proc.returncode
+def interrupt_after_first_trial(cmd, out, tmp_path):
+    code, _, _ = interrupt_when(cmd, lambda: out.exists() and json.loads(out.read_text())["trials"], tmp_path)
+    return code
 
 
 def test_resume_continues_without_rerunning_finished_trials(tmp_path):
     out = tmp_path / "resume.json"
     args = ["scan", str(SPECS / "tiny.py"), "--workers", "0,1,2", "--prefetch", "2", "--no-persistent", "--json", str(out), "-q",
             "--warmup", "0.3", "--block-time", "0.2", "--blocks", "3"]
-    assert interrupt_after_first_trial([sys.executable, "-m", "loadtune", *args], out) == 130
+    assert interrupt_after_first_trial([sys.executable, "-m", "loadtune", *args], out, tmp_path) == 130
     before = json.loads(out.read_text())
     assert before["state"] == "interrupted"
     finished = {t["config"]["num_workers"]: t["blocks"] for t in before["trials"]}
