@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from .check import environment_changes, spec_identity
 from .plan import TrialConfig
-from .recommend import NOISE_FLOOR
+from .recommend import noise_floor_of
 from .results import ConfigResult, ScanResult, by_config
 from .stats import Estimate, Ratio, indistinguishable, ratio
 from .view import Filters, ViewError, config_knobs, config_status
@@ -79,7 +79,7 @@ def pair_configs(a: list[ConfigResult], b: list[ConfigResult]) -> list[tuple[Con
 
 def noise_floor(a: ScanResult, b: ScanResult) -> float:
     """The looser of the two scans' floors: each scan's own notion of "too close to call"."""
-    return max(r.settings.get("options", {}).get("noise_floor", NOISE_FLOOR) for r in (a, b))
+    return max(noise_floor_of(r) for r in (a, b))
 
 
 def calibration_estimate(result: ScanResult) -> Estimate | None:

@@ -12,11 +12,16 @@ from dataclasses import replace
 
 from .footprint import over_limit, size_text
 from .plan import DEFAULT_PREFETCH, TrialConfig, transfer_cost
-from .results import ConfigResult, Recommendation, Trial, by_config
+from .results import ConfigResult, Recommendation, ScanResult, Trial, by_config
 from .stats import indistinguishable, ratio
 
 NOISE_FLOOR = 0.02  # medians this close (relative) are treated as equal whatever the intervals say
 MEMORY_GRAIN = 16 * 2**20  # memory differences below this are noise of the sampling, not cost
+
+
+def noise_floor_of(result: ScanResult) -> float:
+    """The floor a saved scan was judged with (older files: the default)."""
+    return result.settings.get("options", {}).get("noise_floor", NOISE_FLOOR)
 
 
 def cost(trial: ConfigResult | Trial) -> tuple:

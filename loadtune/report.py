@@ -20,7 +20,7 @@ from . import bound as bound_mod
 from . import footprint
 from .check import PASS, REGRESSION, CheckResult, summary_line
 from .compare import Comparison, ConfigDiff
-from .recommend import NOISE_FLOOR, persistent_saving, snippet
+from .recommend import noise_floor_of, persistent_saving, snippet
 from .results import ConfigResult, ScanResult, StageCost, Trial
 from .view import Row, rows as view_rows
 
@@ -296,8 +296,7 @@ def recommendation_panel(result: ScanResult) -> Panel:
         lines.append(f"Per rank: num_workers={rec.config.num_workers} on each of {n} ranks ({rec.config.num_workers * n} "
                      f"workers on the node); the slowest rank delivers {rate(pick.slowest_rank_rate)} samples/s, "
                      f"all ranks together {rate(pick.aggregate_rate)} samples/s when none waits.\n")
-    floor = result.settings["options"].get("noise_floor", NOISE_FLOOR)
-    saving = persistent_saving(result.configs, rec.config, result.spec.length, floor)
+    saving = persistent_saving(result.configs, rec.config, result.spec.length, noise_floor_of(result))
     if saving == 0.0:
         lines.append("persistent_workers makes no difference here beyond the noise (measured with and without it).\n")
     elif saving is not None and saving > 0:

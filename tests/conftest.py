@@ -106,3 +106,10 @@ def interrupt_when(cmd, ready, tmp_path, **popen):
             os.kill(pid, signal.SIGKILL)
     out.seek(0), err.seek(0)
     return proc.returncode, out.read(), err.read()
+
+
+def first_trial_saved(path):
+    """``ready`` for ``interrupt_when``: the scan's JSON holds a finished trial."""
+    import json
+
+    return lambda: path.exists() and bool(json.loads(path.read_text())["trials"])

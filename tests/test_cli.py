@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import interrupt_when
+from conftest import first_trial_saved, interrupt_when
 
 import loadtune
 from loadtune.results import ScanResult
@@ -169,7 +169,7 @@ def test_ctrl_c_prints_and_saves_the_finished_trials(tmp_path):
     cmd = [sys.executable, "-m", "loadtune", "scan", str(SPECS / "tiny.py"), "--workers", "0,1,2", "--prefetch", "2,4",
            "--json", str(out), "-q", "--warmup", "0.3", "--block-time", "0.3", "--blocks", "3"]
     # the first finished trial on disk, then what a terminal's Ctrl-C does: SIGINT to the whole foreground group
-    code, stdout, stderr = interrupt_when(cmd, lambda: out.exists() and json.loads(out.read_text())["trials"], tmp_path,
+    code, stdout, stderr = interrupt_when(cmd, first_trial_saved(out), tmp_path,
                                           env={**os.environ, "COLUMNS": "100"})
     assert code == 130, stderr
     assert "Interrupted" in stdout and "Recommendation" in stdout

@@ -12,7 +12,7 @@ from loadtune.measure import LoaderOptions, Timing
 from loadtune.plan import TrialConfig
 from loadtune.runner import TrialRequest, run_trial
 from loadtune.spec import SpecRef
-from conftest import interrupt_when
+from conftest import first_trial_saved, interrupt_when
 
 SPECS = Path(__file__).parent / "specs"
 QUICK = ["--warmup", "0.2", "--block-time", "0.1", "--blocks", "2", "--timeout", "30"]
@@ -102,7 +102,7 @@ def test_unsharded_iterable_dataset_is_flagged_and_a_sharded_one_is_not():
 
 
 def interrupt_after_first_trial(cmd, out, tmp_path):
-    code, _, _ = interrupt_when(cmd, lambda: out.exists() and json.loads(out.read_text())["trials"], tmp_path)
+    code, _, _ = interrupt_when(cmd, first_trial_saved(out), tmp_path)
     return code
 
 
