@@ -12,12 +12,18 @@ lowest cap is the bound. With workers, the caps are
 
 Without workers (``num_workers=0``) everything runs in turn in the main process. The bound is the
 better of the two modes; the stage named is the largest share of the cap that sets it.
+
+The costs are means of a short profile, so every cap carries an interval: its rate with every cost at
+the low and at the high end of its mean's 95% interval (conservative: all ends at once). Caps whose
+intervals overlap the limiting one's cannot be told apart from it, and are named with it as ties: a
+dataset that waits on storage, run with many workers on few cores, is limited by the waits and the
+CPU together.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -59,6 +65,14 @@ class Ceiling:
     rate: float  # samples/s
     stage: str
     detail: str = ""
+    low: float | None = None  # samples/s with every cost at the high end of its interval (None: no interval)
+    high: float | None = None  # ... at the low end
+
+    @property
+    def rel_halfwidth(self) -> float:
+        if self.low is None or self.high is None or not 0 < self.rate < math.inf:
+            return 0.0
+        return max(self.high - self.rate, self.rate - self.low) / self.rate
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,18 @@ class Bound:
     batch_size: int = 0
     max_workers: int = 0
     workers_needed: int | None = None  # workers that would lift the workers ceiling to the next one (waiting datasets)
+    low: float | None = None  # the bound with every cost at the high end of its interval
+    high: float | None = None  # ... at the low end
+    ties: list[Ceiling] = field(default_factory=list)  # other caps whose intervals overlap the limiting one's
+
+    @property
+    def stages(self) -> list[str]:
+        """The limiting stage, then the stages of caps that tie with it (each once)."""
+        out = [self.stage]
+        for tie in self.ties:
+            if tie.stage not in out:
+                out.append(tie.stage)
+        return out
 
     @property
     def advice(self) -> str:
@@ -79,6 +105,12 @@ class Bound:
 
     def fraction(self, rate: float) -> float | None:
         return rate / self.rate if self.rate > 0 and math.isfinite(self.rate) else None
+
+    def fraction_interval(self, rate: float) -> tuple[float, float] | None:
+        """``rate`` against the bound's interval: (against its high end, against its low end)."""
+        if self.low is None or self.high is None or not 0 < self.low <= self.high < math.inf:
+            return None
+        return rate / self.high, rate / self.low
 
 
 @dataclass(frozen=True)
@@ -100,19 +132,23 @@ class BatchCosts:
     cuda: bool = False
 
     @classmethod
-    def of(cls, stages: "StageCosts") -> "BatchCosts":
+    def of(cls, stages: "StageCosts", side: int = 0) -> "BatchCosts":
+        """The mean costs; with ``side`` -1 or +1, every cost at the low or high end of its mean's interval."""
         b = stages.batch_size
-        mean = lambda cost: cost.mean if cost is not None else None  # noqa: E731
-        fetch_cpu = b * stages.fetch_cpu.mean
-        fetch_wall = max(fetch_cpu, b * stages.fetch_wall.mean)
-        collate = stages.collate.mean
+
+        def mean(cost):
+            return max(0.0, cost.mean + side * cost.halfwidth) if cost is not None else None
+
+        fetch_cpu = b * mean(stages.fetch_cpu)
+        fetch_wall = max(fetch_cpu, b * mean(stages.fetch_wall))
+        collate = mean(stages.collate)
         consumer = mean(stages.consumer) or 0.0
         received = mean(stages.consumer_received)
         return cls(
             batch_size=b,
             fetch_cpu=fetch_cpu,
             fetch_wall=fetch_wall,
-            fetch_main=b * stages.fetch_main.mean if stages.fetch_main else fetch_wall,
+            fetch_main=b * mean(stages.fetch_main) if stages.fetch_main else fetch_wall,
             collate=collate,
             handoff=max(collate, mean(stages.handoff) or 0.0),
             receive=mean(stages.receive) or 0.0,
@@ -176,24 +212,45 @@ def in_process_ceiling(c: BatchCosts) -> Ceiling:
                    f"num_workers=0: {total * 1e3:.3g} ms per batch in the main process")
 
 
-def compute_bound(costs: BatchCosts, usable_cores: int, max_workers: int) -> Bound:
-    """The better of loading in the main process and the lowest cap with workers."""
-    in_process = in_process_ceiling(costs)
-    ceilings = [in_process]
-    pick = in_process
+def ceilings_of(costs: BatchCosts, usable_cores: int, max_workers: int) -> list[Ceiling]:
+    """In-process loading first, then the caps with workers (none when the range has no workers)."""
+    caps = worker_ceilings(costs, usable_cores, max_workers) if max_workers >= 1 else []
+    return [in_process_ceiling(costs)] + caps
+
+
+def limiting(ceilings: list[Ceiling]) -> Ceiling:
+    """The better of loading in the main process (the first) and the lowest cap with workers."""
+    in_process, caps = ceilings[0], ceilings[1:]
+    low = min(caps, key=lambda x: x.rate, default=None)
+    return low if low is not None and low.rate > in_process.rate else in_process
+
+
+def compute_bound(costs: BatchCosts, usable_cores: int, max_workers: int,
+                  spread: tuple[BatchCosts, BatchCosts] | None = None) -> Bound:
+    """The bound from the mean costs; ``spread`` (the costs at the low and the high end of their
+    intervals) gives every cap and the bound an interval, and the caps that tie with the limiting one."""
+    ceilings = ceilings_of(costs, usable_cores, max_workers)
+    low = high = None
+    if spread is not None:
+        cheap, dear = (ceilings_of(c, usable_cores, max_workers) for c in spread)
+        fast, slow = {x.name: x.rate for x in cheap}, {x.name: x.rate for x in dear}
+        ceilings = [replace(x, low=min(x.rate, slow.get(x.name, x.rate)), high=max(x.rate, fast.get(x.name, x.rate)))
+                    for x in ceilings]
+        low, high = min(limiting(dear).rate, limiting(ceilings).rate), max(limiting(cheap).rate, limiting(ceilings).rate)
+    pick = limiting(ceilings)
+    caps = ceilings[1:]
+    ties = []
     workers_needed = None
-    if max_workers >= 1:
-        caps = worker_ceilings(costs, usable_cores, max_workers)
-        ceilings += caps
-        low = min(caps, key=lambda x: x.rate)
-        if low.rate > pick.rate:
-            pick = low
+    if pick in caps:
+        top = pick.high if pick.high is not None else pick.rate
+        ties = [x for x in caps if x is not pick and (x.low if x.low is not None else x.rate) <= top]
         if pick.name == "workers" and pick.stage == IO_WAIT:
             others = min((x.rate for x in caps if x.name != "workers"), default=math.inf)
             if math.isfinite(others):
-                workers_needed = math.ceil(others / (low.rate / max_workers))
+                workers_needed = math.ceil(others / (pick.rate / max_workers))
     return Bound(rate=pick.rate, stage=pick.stage, ceiling=pick, ceilings=ceilings, batch_size=costs.batch_size,
-                 max_workers=max_workers, workers_needed=workers_needed)
+                 max_workers=max_workers, workers_needed=workers_needed, low=low, high=high,
+                 ties=sorted(ties, key=lambda x: x.rate))
 
 
 def scan_bound(result: "ScanResult") -> Bound | None:
@@ -204,16 +261,22 @@ def scan_bound(result: "ScanResult") -> Bound | None:
     max_workers = stages.max_workers
     if max_workers is None:  # a profile without the scan's range: the most workers measured
         max_workers = max((c.config.num_workers for c in result.configs), default=0)
-    return compute_bound(BatchCosts.of(stages), result.machine.usable_cores, max_workers)
+    spread = (BatchCosts.of(stages, -1), BatchCosts.of(stages, +1))
+    return compute_bound(BatchCosts.of(stages), result.machine.usable_cores, max_workers, spread)
 
 
-def pick_fraction(result: "ScanResult") -> float | None:
-    """The recommended config's throughput as a fraction of the bound (same batch size only). Like
-    with like: the bound comes from mean costs, so the pick's long-run rate (``mean_rate``), not its
-    median block, is set against it."""
+def pick_rate(result: "ScanResult") -> float | None:
+    """The recommended config's throughput where it can be set against the bound (same batch size).
+    Like with like: the bound comes from mean costs, so the pick's long-run rate (``mean_rate``), not
+    its median block."""
     bound, rec = result.bound, result.recommendation
     if bound is None or rec is None or rec.config.batch_size != bound.batch_size:
         return None
     pick = result.config_result(rec.config)
-    rate = pick.mean_rate if pick and pick.ok else None
-    return bound.fraction(rate) if rate else None
+    return pick.mean_rate if pick and pick.ok else None
+
+
+def pick_fraction(result: "ScanResult") -> float | None:
+    """The recommended config's throughput as a fraction of the bound."""
+    rate = pick_rate(result)
+    return result.bound.fraction(rate) if rate else None

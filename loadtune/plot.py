@@ -99,7 +99,7 @@ def bound_of(result: ScanResult) -> tuple[float, str] | None:
         return None
     if getattr(bound, "batch_size", None) not in (None, plot_batch_size(result)):
         return None  # profiled at another batch size (e.g. a resumed scan changed its pick): not this plot's line
-    return float(bound.rate), f"bound: {bound.stage}"
+    return float(bound.rate), f"bound: {' + '.join(bound.stages)}"
 
 
 def plot_batch_size(result: ScanResult) -> int:

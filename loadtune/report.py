@@ -46,6 +46,7 @@ def bar(fraction: float, width: int = BAR_WIDTH) -> str:
 
 
 # Any status word gets a colour; one this table does not know yet is shown, in the default style.
+OVER_BOUND = 1.05  # a pick this far above even the bound's high end shows the profile overstated a cost
 STATUS_STYLES = {"ok": "green", "failed": "bold red", "skipped": "yellow", "excluded": "magenta"}
 STATUS_DEFAULT_STYLE = "yellow"
 
@@ -214,6 +215,8 @@ def notes(result: ScanResult) -> list[Text]:
     for t in configs:
         out += [Text(f"• {t.config.label()}: {w}", style="yellow") for w in t.warnings]
     out += [Text(f"• {note}", style="cyan") for note in result.notes]
+    if result.stages is not None:
+        out += [Text(f"• stage profile: {note}", style="cyan") for note in result.stages.notes]
     out += [Text(f"• {note}", style="cyan") for note in step_notes(result) + copy_notes(result) + gpu_notes(result)]
     cow = footprint.copy_on_write(configs)
     if cow:
@@ -563,11 +566,15 @@ def diagnosis_table(result: ScanResult) -> Table | None:
             table.add_row(*row)
     table.add_section()
     for ceiling in sorted(bound.ceilings, key=lambda x: x.rate):
-        mark = " ◀" if ceiling == bound.ceiling else ""
+        mark = " ◀" if ceiling == bound.ceiling else (" =" if ceiling in bound.ties else "")
+        finite = ceiling.rate != float("inf")
         table.add_row(Text(f"cap: {ceiling.name}{mark}", style="bold" if mark else ""),
-                      f"{rate(ceiling.rate)}/s" if ceiling.rate != float("inf") else "-", "", f"{ceiling.stage}: {ceiling.detail}")
-    table.caption = ("cap: samples/s that stage allows; ◀ the bound (the better of num_workers=0 and the lowest cap "
-                     f"with up to {bound.max_workers} workers)")
+                      f"{rate(ceiling.rate)}/s" if finite else "-",
+                      f"±{ceiling.rel_halfwidth:.0%}" if finite and ceiling.rel_halfwidth else "",
+                      f"{ceiling.stage}: {ceiling.detail}")
+    table.caption = ("cap: samples/s that stage allows, ± from the costs' spread; ◀ the bound (the better of num_workers=0 "
+                     f"and the lowest cap with up to {bound.max_workers} workers)"
+                     + ("; = ties with it within the spread" if bound.ties else ""))
     table.caption_justify = "left"
     return table
 
@@ -603,28 +610,49 @@ def print_comparison(console: Console, cmp: Comparison, diffs: list[ConfigDiff])
 
 
 def bound_text(result: ScanResult) -> Text:
-    """The panel's lines on the bound: how close the pick is, what limits it, what would move it."""
+    """The panel's lines on the bound: how close the pick is, what limits it (and what ties with it),
+    what would move it."""
     bound = result.bound
     out = Text()
     if bound is None:
         return out
-    fraction = bound_mod.pick_fraction(result)
-    out.append(f"Bound: {rate(bound.rate)} samples/s at batch size {bound.batch_size}, set by ")
+    spread = (f" ({rate(bound.low)}–{rate(bound.high)} from the stage costs' spread)"
+              if bound.low is not None and bound.high is not None and bound.high > bound.low else "")
+    out.append(f"Bound: {rate(bound.rate)} samples/s{spread} at batch size {bound.batch_size}, set by ")
     out.append(bound.stage, style="bold")
     out.append(f" ({bound.ceiling.name}: {bound.ceiling.detail})")
-    if fraction is not None and fraction > 1.05:  # beyond the profile's noise: a stage's cost was overstated
-        out.append(f"; this config measured {fraction:.0%} of it, so the profile overstated a stage's cost "
-                   "and the bound is not a ceiling here.\n")
-    elif fraction is not None:
-        out.append("; this config is at the bound.\n" if fraction >= 0.995 else f"; this config reaches {fraction:.0%} of it.\n")
-    else:
-        out.append("; the recommended batch size differs, so it is not compared.\n")
+    for tie in bound.ties:
+        out.append("; ")
+        out.append(tie.stage, style="bold")
+        out.append(f" ({tie.name}: {rate(tie.rate)}/s) ties with it within that spread")
+    out.append(pick_against_bound(result) + "\n")
     if bound.workers_needed and bound.stage == bound_mod.IO_WAIT:
         out.append(f"About {bound.workers_needed} workers would lift the workers' cap to the next one; "
                    f"this scan tried up to {bound.max_workers}.\n")
-    if bound.advice:
-        out.append(f"To move it: {bound.advice}.\n")
+    for stage in bound.stages:
+        if bound_mod.ADVICE.get(stage):
+            out.append(f"To move it: {bound_mod.ADVICE[stage]}.\n")
     return out
+
+
+def pick_against_bound(result: ScanResult) -> str:
+    """How the pick's long-run rate sits against the bound and its interval."""
+    bound, pick = result.bound, bound_mod.pick_rate(result)
+    if pick is None:
+        return "; the recommended batch size differs, so it is not compared."
+    fraction = bound.fraction(pick)
+    if fraction is None:
+        return "."
+    interval = bound.fraction_interval(pick)
+    if fraction > 1 and (interval is None or interval[0] > OVER_BOUND):  # beyond the bound's spread and the pick's noise
+        return (f"; this config measured {fraction:.0%} of it, so the profile overstated a stage's cost and the bound "
+                "is not a ceiling here.")
+    if interval is not None and interval[0] <= 1 <= interval[1]:
+        return f"; this config is at the bound within its spread ({fraction:.0%} of it)."
+    if fraction >= 0.995:
+        return "; this config is at the bound."
+    within = f", {interval[0]:.0%}–{interval[1]:.0%} within its spread" if interval and interval[1] > interval[0] else ""
+    return f"; this config reaches {fraction:.0%} of it{within}."
 
 
 def memory_text(result: ScanResult, pick: ConfigResult) -> Text:

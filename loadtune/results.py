@@ -18,7 +18,7 @@ from pathlib import Path
 from . import __version__
 from .machine import MachineInfo
 from .plan import Skip, TrialConfig
-from .stats import Estimate, estimate
+from .stats import Estimate, estimate, mean_halfwidth
 from .transfer import BatchInfo
 
 SCHEMA = "loadtune/scan"
@@ -400,6 +400,11 @@ class StageCost:
     def estimate(self) -> Estimate | None:
         values = self.values
         return estimate(values) if values else None
+
+    @property
+    def halfwidth(self) -> float:
+        """The mean's 95% half-width (seconds per unit): the bound's interval is built from these."""
+        return mean_halfwidth(self.values)
 
     @property
     def rel_spread(self) -> float:

@@ -7,8 +7,9 @@ turn, without changing any of them:
 
 - fetch: ``dataset[i]`` over the sampler's indices (``__getitems__`` where defined), or ``next()`` of
   the stream, with one torch thread as in a worker: CPU (``process_time``) and wall time per sample.
-  Wall minus CPU is waiting (storage, network), which more workers than cores can hide. Once more
-  with the main process's own torch threads, as ``num_workers=0`` runs it;
+  Wall minus CPU is waiting (storage, network), which more workers than cores can hide. It runs on
+  until the means are known to within 5% (up to 4x its set length: heavy tails need more samples).
+  Once more with the main process's own torch threads, as ``num_workers=0`` runs it;
 - collation per batch;
 - hand-off: a DataLoader with one worker that replays already-fetched samples, so the worker's only
   work is to collate into shared memory and send. Its CPU per batch is read from ``/proc``; the main
@@ -39,6 +40,9 @@ from .transfer import move_to, nbytes_of
 
 MIN_UNITS = 5  # per phase, at least (a noise estimate needs a few)
 MAX_UNITS = 400  # per phase, at most: cheap stages end early, and the JSON stays small
+SETTLED = 0.05  # the fetch phase goes on while its mean's 95% interval is wider than this (relative) ...
+STRETCH = 4  # ... up to this many times its set length: heavy-tailed costs need more samples
+BUSY = 0.2  # a note when the fetch waited for a core this much of its CPU time (another process's load)
 
 
 @dataclass(frozen=True)
@@ -68,14 +72,22 @@ class Recorder:
     def cost(self) -> StageCost | None:
         return StageCost(self.seconds, self.units) if self.seconds else None
 
+    def settled(self) -> bool:
+        """The mean is known to within ``SETTLED`` (relative half-width of its 95% interval)."""
+        cost = self.cost()
+        return cost is not None and cost.mean > 0 and cost.halfwidth <= SETTLED * cost.mean
 
-def repeat(once: Callable[[], Any], phase_s: float, deadline: float, min_units: int = MIN_UNITS) -> int:
-    """Call ``once`` for ``phase_s`` (at least ``min_units`` times, at most ``MAX_UNITS``) or until the deadline."""
-    end = time.perf_counter() + phase_s
+
+def repeat(once: Callable[[], Any], phase_s: float, deadline: float, min_units: int = MIN_UNITS,
+           settled: Callable[[], bool] | None = None) -> int:
+    """Call ``once`` for ``phase_s`` (at least ``min_units`` times, at most ``MAX_UNITS``) or until the
+    deadline; with ``settled``, go on until it holds, up to ``STRETCH`` times ``phase_s``."""
+    start = time.perf_counter()
+    end, longest = start + phase_s, start + STRETCH * phase_s
     n = 0
     while n < MAX_UNITS:
         now = time.perf_counter()
-        if now > deadline or (n >= min_units and now > end):
+        if now > deadline or (n >= min_units and now > end and (settled is None or now > longest or settled())):
             break
         once()
         n += 1
@@ -219,12 +231,14 @@ def profile(
         repeat(fetch_in_main, st.phase_s / 2, deadline)
 
     fetch_cpu, fetch_wall, collation = Recorder(), Recorder(), Recorder()
+    waited = 0.0  # seconds this process was runnable but had no core
 
     def fetch_as_worker() -> None:
-        nonlocal samples, local
+        nonlocal samples, local, waited
         cpu, wall, queued = time.process_time(), time.perf_counter(), runqueue_s()
         got = fetcher.batch()
         wall_end, cpu_end, queued_end = time.perf_counter(), time.process_time(), runqueue_s()
+        waited += queued_end - queued
         fetch_cpu.add(cpu_end - cpu, len(got))
         fetch_wall.add(max(cpu_end - cpu, wall_end - wall - (queued_end - queued)), len(got))
         wall = time.perf_counter()
@@ -234,11 +248,15 @@ def profile(
 
     set_threads(1)  # as in a DataLoader worker
     try:
-        repeat(fetch_as_worker, st.phase_s, deadline)
+        repeat(fetch_as_worker, st.phase_s, deadline, settled=lambda: fetch_cpu.settled() and fetch_wall.settled())
     finally:
         set_threads(threads)
     if not fetch_cpu.seconds:
         raise TrialFailure("the profiling run had no time left to fetch a batch; raise --timeout")
+    cpu_s = sum(fetch_cpu.seconds)
+    if cpu_s > 0 and waited > BUSY * cpu_s:
+        notes.append(f"other processes kept the fetch waiting for a core ({waited / cpu_s:.0%} of its CPU time): "
+                     "CPU costs read high on a busy machine, and the bound with them")
 
     step_fn = workload.build(device) if workload is not None else spec.step
     needs_consumer = step_fn is not None or device.type == "cuda"

@@ -57,6 +57,16 @@ def median_halfwidth(values: Sequence[float]) -> float:
     return t * MEDIAN_EFFICIENCY * sigma / math.sqrt(n)
 
 
+def mean_halfwidth(values: Sequence[float]) -> float:
+    """Half-width of a 95% interval of the mean: t(n-1) x s / sqrt(n). For costs, whose mean (not
+    median) is what a long run pays. Zero for one value (no spread can be seen)."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    t = T975[n - 2] if n - 1 <= len(T975) else 1.96
+    return t * statistics.stdev(values) / math.sqrt(n)
+
+
 def estimate(values: Sequence[float]) -> Estimate:
     if not values:
         raise ValueError("no measurements to estimate from")

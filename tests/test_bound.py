@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -151,3 +152,63 @@ def test_the_pick_is_set_against_the_bound_at_its_long_run_rate():
     pick.trials[0].blocks = blocks
     assert pick.estimate.median == pytest.approx(500)
     assert pick_fraction(result) == pytest.approx((700 / 2.4) / result.bound.rate)
+
+
+def test_caps_carry_an_interval_and_caps_inside_it_tie():
+    # a waiting dataset on few cores: the CPU cap (2 cores, 3.3 ms a batch: 6,061/s) and the workers cap
+    # (16 workers, 21 ms each: 7,619/s) are 26% apart; how sure the profile is decides whether they tie
+    c = costs(fetch_cpu=1.7 * MS, fetch_wall=20 * MS, handoff=1 * MS, receive=0.6 * MS)
+    apart = compute_bound(c, 2, 16, spread=(c, c))
+    assert apart.ceiling.name == "CPU" and apart.rate == pytest.approx(2 * 10 / (3.3 * MS))
+    assert apart.ties == [] and apart.stages == [DATASET_CPU] and apart.low == apart.high == apart.rate
+    cheap = costs(fetch_cpu=1.0 * MS, fetch_wall=19.3 * MS, handoff=0.9 * MS, receive=0.5 * MS)
+    dear = costs(fetch_cpu=2.4 * MS, fetch_wall=20.7 * MS, handoff=1.1 * MS, receive=0.7 * MS)
+    close = compute_bound(c, 2, 16, spread=(cheap, dear))
+    cpu, workers = close.ceiling, close.ties[0]
+    assert cpu.name == "CPU" and cpu.low < cpu.rate < cpu.high
+    assert cpu.high == pytest.approx(2 * 10 / (2.4 * MS)) and cpu.low == pytest.approx(2 * 10 / (4.2 * MS))
+    assert workers.low == pytest.approx(16 * 10 / (21.8 * MS)) and workers.high == pytest.approx(16 * 10 / (20.2 * MS))
+    assert [t.name for t in close.ties] == ["workers"] and close.stages == [DATASET_CPU, IO_WAIT]
+    # the bound's own interval: the lowest cap at either end (the workers cap is the lower one when costs are low)
+    assert close.low == pytest.approx(cpu.low) and close.high == pytest.approx(workers.high)
+    assert close.fraction_interval(close.rate) == pytest.approx((cpu.rate / workers.high, cpu.rate / cpu.low))
+
+
+def test_the_bound_of_a_scan_takes_its_interval_from_the_costs_spread():
+    steady = StageCosts(batch_size=10, device="cpu", fetch_cpu=stage([1.0] * 6, 10), fetch_wall=stage([1.0] * 6, 10),
+                        collate=stage([0.1] * 6), max_workers=2)
+    noisy = replace(steady, fetch_cpu=stage([0.6, 1.4, 0.8, 1.2, 0.7, 1.3], 10),
+                    fetch_wall=stage([0.6, 1.4, 0.8, 1.2, 0.7, 1.3], 10))
+    exact, spread = result_with_stages(steady).bound, result_with_stages(noisy).bound
+    assert exact.low == pytest.approx(exact.rate) == pytest.approx(exact.high)
+    assert spread.rate == pytest.approx(exact.rate)  # the same mean cost
+    assert spread.low < spread.rate < spread.high
+    half = noisy.fetch_cpu.halfwidth / noisy.fetch_cpu.mean
+    assert 0.1 < half < 0.5  # t(5) x sd / sqrt(6) of the per-sample costs, relative
+    assert spread.ceiling.rel_halfwidth > 0.8 * half
+
+
+def test_the_panel_names_ties_and_reads_the_pick_against_the_bounds_spread():
+    from rich.console import Console
+
+    from loadtune.report import bound_text
+
+    def panel(stages: StageCosts) -> str:
+        console = Console(width=400, record=True)
+        console.print(bound_text(result_with_stages(stages)))
+        return console.export_text()
+
+    # the pick runs at 400/s. The CPU cap (2 cores, 5 ms a sample, noisy) is 392/s, and eight workers
+    # waiting 16 ms a sample allow 497/s: inside the CPU cap's interval
+    near = StageCosts(batch_size=10, device="cpu", fetch_cpu=stage([3.5, 6.5, 4.0, 6.0, 3.8, 6.2], 10),
+                      fetch_wall=stage([16.0] * 6, 10), collate=stage([1.0] * 6), max_workers=8)
+    text = panel(near)
+    assert "from the stage costs' spread" in text and "is at the bound within its spread" in text
+    assert "ties with it" in text and IO_WAIT in text and text.count("To move it:") == 2
+    far = replace(near, fetch_cpu=stage([5.0] * 6, 10), fetch_wall=stage([5.0] * 6, 10))
+    text = panel(far)
+    assert "ties with it" not in text and "spread" not in text and "this config is at the bound." in text
+    slow = replace(near, fetch_cpu=stage([2.0] * 6, 10), fetch_wall=stage([2.0] * 6, 10))  # a bound of 952/s
+    assert "this config reaches 42% of it." in panel(slow)
+    fast = replace(near, fetch_cpu=stage([10.0] * 6, 10), fetch_wall=stage([10.0] * 6, 10))  # 198/s: below the pick
+    assert "measured 202% of it" in panel(fast) and "not a ceiling" in panel(fast)

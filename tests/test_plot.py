@@ -50,7 +50,7 @@ def test_knobs_that_vary_name_the_lines(result):
 
 def carry_bound(monkeypatch, rate: float, stage: str) -> None:
     """As if the scan had a stage profile whose bound is ``rate`` (``ScanResult.bound`` derives it)."""
-    monkeypatch.setattr(ScanResult, "bound", property(lambda self: SimpleNamespace(rate=rate, stage=stage)))
+    monkeypatch.setattr(ScanResult, "bound", property(lambda self: SimpleNamespace(rate=rate, stage=stage, stages=[stage])))
 
 
 def test_bound_is_read_when_the_result_carries_one(result, monkeypatch):
