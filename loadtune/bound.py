@@ -4,7 +4,9 @@ In the spirit of Plumber (MLSys'22): each stage of the data path caps throughput
 lowest cap is the bound. With workers, the caps are
 
 - CPU: all the CPU a batch costs (the dataset's fetch, collation, the hand-off on both sides, the
-  main thread's receiving and, on the CPU, the step) shared by the usable cores;
+  main thread's receiving and, on the CPU, the step) shared by the usable cores. Where the trials
+  measured it, the CPU that the fastest config with workers used per batch while timed; the
+  profile's sum of stage costs otherwise;
 - workers: each worker makes its batches one after another, waiting included, so the most workers
   the search may try (the scan's worker range) make at most that many batches at a time;
 - the main thread: it receives every batch and (without an accelerator) runs the step, one at a time;
@@ -174,20 +176,33 @@ def rate_of(batch_size: int, seconds: float) -> float:
     return batch_size / seconds if seconds > 0 else math.inf
 
 
-def worker_ceilings(c: BatchCosts, usable_cores: int, max_workers: int) -> list[Ceiling]:
-    """The caps on a loader with workers (up to ``max_workers`` of them)."""
+@dataclass(frozen=True)
+class MeasuredCPU:
+    """The CPU a config with workers used per batch while its blocks were timed (all its processes)."""
+
+    per_batch: float  # seconds
+    config: str  # its label
+
+
+def worker_ceilings(c: BatchCosts, usable_cores: int, max_workers: int, measured: MeasuredCPU | None = None) -> list[Ceiling]:
+    """The caps on a loader with workers (up to ``max_workers`` of them). With ``measured``, the CPU
+    cap divides the cores by the CPU a trial really used per batch; the profile's parts still say
+    which stage has the largest share of it."""
     b = c.batch_size
     main_cpu = c.receive + c.touch + (0.0 if c.cuda else c.consumer)
     cpu_parts = {DATASET_CPU: c.fetch_cpu, COLLATION: c.collate, HANDOFF: c.handoff - c.collate + c.touch,
                  MAIN: c.receive, STEP: 0.0 if c.cuda else c.consumer, PIN: c.pin or 0.0}
     cpu_total = c.fetch_cpu + c.handoff + main_cpu + (c.pin or 0.0)
+    cpu_source = "CPU per batch"
+    if measured is not None:
+        cpu_total, cpu_source = measured.per_batch, f"CPU per batch, used by {measured.config} while timed"
     per_worker = c.fetch_wall + c.handoff
     worker_parts = {dataset_stage(c.fetch_cpu, c.fetch_wall): c.fetch_wall, COLLATION: c.collate,
                     HANDOFF: c.handoff - c.collate}
     main_parts = {MAIN: c.receive, HANDOFF: c.touch, STEP: 0.0 if c.cuda else c.consumer}
     out = [
         Ceiling("CPU", usable_cores * rate_of(b, cpu_total), largest(cpu_parts),
-                f"{usable_cores} usable cores / {cpu_total * 1e3:.3g} ms CPU per batch"),
+                f"{usable_cores} usable cores / {cpu_total * 1e3:.3g} ms {cpu_source}"),
         Ceiling("workers", max_workers * rate_of(b, per_worker), largest(worker_parts),
                 f"{max_workers} workers / {per_worker * 1e3:.3g} ms per batch each"),
         Ceiling("main thread", rate_of(b, sum(main_parts.values())), largest(main_parts),
@@ -212,9 +227,9 @@ def in_process_ceiling(c: BatchCosts) -> Ceiling:
                    f"num_workers=0: {total * 1e3:.3g} ms per batch in the main process")
 
 
-def ceilings_of(costs: BatchCosts, usable_cores: int, max_workers: int) -> list[Ceiling]:
+def ceilings_of(costs: BatchCosts, usable_cores: int, max_workers: int, measured: MeasuredCPU | None = None) -> list[Ceiling]:
     """In-process loading first, then the caps with workers (none when the range has no workers)."""
-    caps = worker_ceilings(costs, usable_cores, max_workers) if max_workers >= 1 else []
+    caps = worker_ceilings(costs, usable_cores, max_workers, measured) if max_workers >= 1 else []
     return [in_process_ceiling(costs)] + caps
 
 
@@ -226,13 +241,14 @@ def limiting(ceilings: list[Ceiling]) -> Ceiling:
 
 
 def compute_bound(costs: BatchCosts, usable_cores: int, max_workers: int,
-                  spread: tuple[BatchCosts, BatchCosts] | None = None) -> Bound:
+                  spread: tuple[BatchCosts, BatchCosts] | None = None, measured: MeasuredCPU | None = None) -> Bound:
     """The bound from the mean costs; ``spread`` (the costs at the low and the high end of their
-    intervals) gives every cap and the bound an interval, and the caps that tie with the limiting one."""
-    ceilings = ceilings_of(costs, usable_cores, max_workers)
+    intervals) gives every cap and the bound an interval, and the caps that tie with the limiting one.
+    ``measured``: the CPU a trial used per batch, for the CPU cap (a single long window: no interval)."""
+    ceilings = ceilings_of(costs, usable_cores, max_workers, measured)
     low = high = None
     if spread is not None:
-        cheap, dear = (ceilings_of(c, usable_cores, max_workers) for c in spread)
+        cheap, dear = (ceilings_of(c, usable_cores, max_workers, measured) for c in spread)
         fast, slow = {x.name: x.rate for x in cheap}, {x.name: x.rate for x in dear}
         ceilings = [replace(x, low=min(x.rate, slow.get(x.name, x.rate)), high=max(x.rate, fast.get(x.name, x.rate)))
                     for x in ceilings]
@@ -262,7 +278,22 @@ def scan_bound(result: "ScanResult") -> Bound | None:
     if max_workers is None:  # a profile without the scan's range: the most workers measured
         max_workers = max((c.config.num_workers for c in result.configs), default=0)
     spread = (BatchCosts.of(stages, -1), BatchCosts.of(stages, +1))
-    return compute_bound(BatchCosts.of(stages), result.machine.usable_cores, max_workers, spread)
+    return compute_bound(BatchCosts.of(stages), result.machine.usable_cores, max_workers, spread,
+                         measured_cpu(result, stages.batch_size))
+
+
+def measured_cpu(result: "ScanResult", batch_size: int) -> MeasuredCPU | None:
+    """The CPU per batch of the fastest config with workers at the profile's batch size, as its trials
+    measured it. The profile times each stage alone, on idle cores, where a dataset that waits pays for
+    every wake-up from an idle core: on a 2-core VM, ``benchmarks/archetypes/storage_latency.py`` cost
+    200-270 µs of CPU a sample alone, and 170 µs (main process and hand-off included) with 64 workers
+    keeping the cores busy. A config near the CPU cap runs under that load."""
+    runs = [c for c in result.configs if c.ok and c.config.num_workers > 0 and c.config.batch_size == batch_size
+            and c.cpu_per_sample is not None and c.mean_rate]
+    if not runs:
+        return None
+    top = max(runs, key=lambda c: c.mean_rate)
+    return MeasuredCPU(top.cpu_per_sample * batch_size, top.config.label())
 
 
 def pick_rate(result: "ScanResult") -> float | None:

@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from . import gpu
+from .cpu import tree_cpu_s
 from .faults import DuplicateDetector
 from .idle import GPUIdleClock
 from .plan import DEFAULT_PREFETCH, TrialConfig
@@ -230,6 +231,13 @@ class Meter:
         self.epoch_times: list[float] = []  # seconds per epoch (its start-up included), as they end
         self.stats = consume if isinstance(consume, Consumer) else None  # bytes and waits per block
 
+    @property
+    def loader_iterator(self) -> Any:
+        """The DataLoader's own iterator (with the stream strategy the meter iterates a prefetcher;
+        between epochs, persistent workers stay with the loader's ``_iterator``)."""
+        loader = getattr(self.loader, "loader", self.loader)
+        return getattr(self.loader, "loader_iterator", None) or self.iterator or getattr(loader, "_iterator", None)
+
     def _next(self) -> Any:
         if self.iterator is None:
             self.epoch_started = time.perf_counter()
@@ -352,8 +360,7 @@ class Drained:
         self.stalls = 0
 
     def __call__(self) -> bool:
-        # with the stream strategy the meter iterates a prefetcher: the backlog is its loader's
-        iterator = getattr(self.meter.loader, "loader_iterator", None) or self.meter.iterator
+        iterator = self.meter.loader_iterator
         ready = ready_batches(iterator) if iterator is not None else None
         if ready is None or ready <= self.limit:
             return True
@@ -425,11 +432,16 @@ def measure(
         meter.mark = time.perf_counter()  # the window starts now on every rank; the wait is not timed
         deadline = min(deadline, meter.mark + shard.window_s)
         enough = lambda rates: False  # noqa: E731
+    cpu_start = tree_cpu_s(meter.loader_iterator)  # twice per trial, outside the hot loop
     while not enough(rates) and time.perf_counter() < deadline:
         block = meter.phase(timing.block_s, block_batches, deadline)
         if block.batches:
             rates.append(block.rate)
             emit("block", block)
+    cpu_end = tree_cpu_s(meter.loader_iterator)
+    if (rates and cpu_start[0] is not None and cpu_end[0] is not None and cpu_start[1] == cpu_end[1]
+            and len(cpu_end[1]) == config.num_workers):
+        emit("cpu", cpu_end[0] - cpu_start[0])  # the same workers throughout: none of their CPU went uncounted
     if cuda:
         emit("gpu_memory", gpu.usage(device, config, batch_info))
     if shard is not None:

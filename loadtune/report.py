@@ -626,6 +626,11 @@ def bound_text(result: ScanResult) -> Text:
         out.append(tie.stage, style="bold")
         out.append(f" ({tie.name}: {rate(tie.rate)}/s) ties with it within that spread")
     out.append(pick_against_bound(result) + "\n")
+    rec = result.recommendation
+    pick = result.config_result(rec.config) if rec else None
+    if pick is not None and pick.busy_cores is not None:
+        out.append(f"While timed, this config kept {pick.busy_cores:.2f} of {result.machine.usable_cores} usable cores "
+                   "busy (its main process and workers).\n")
     if bound.workers_needed and bound.stage == bound_mod.IO_WAIT:
         out.append(f"About {bound.workers_needed} workers would lift the workers' cap to the next one; "
                    f"this scan tried up to {bound.max_workers}.\n")

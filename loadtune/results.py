@@ -155,6 +155,7 @@ class Trial:
     round: int = 0  # 0: the search; 1, 2, ...: contenders re-measured side by side
     gpu: GPUUsage | None = None  # only for trials on a CUDA device
     batch: BatchInfo | None = None  # the first batch's bytes, dtypes and shapes
+    cpu_s: float | None = None  # CPU seconds of the trial's process and its workers over the timed blocks
     # Several ranks per trial: each rank's figures; ``blocks``, ``warmup`` and ``startup_s`` above are
     # then the slowest rank's (its pace is the pace of synchronous training), see ``settle_ranks``
     ranks: list[RankFigures] = field(default_factory=list)
@@ -240,6 +241,9 @@ class Trial:
         data["gpu"] = GPUUsage.from_dict(data["gpu"]) if data.get("gpu") else None
         data["batch"] = BatchInfo.from_dict(data["batch"]) if data.get("batch") else None
         data["ranks"] = [RankFigures.from_dict(r) for r in data.get("ranks", [])]
+        cpu = data.get("cpu_s")
+        if cpu is not None and (not isinstance(cpu, (int, float)) or isinstance(cpu, bool) or not 0 <= cpu < float("inf")):
+            raise ValueError(f"a trial's cpu_s is not a non-negative number: {cpu!r}")
         return cls(**data)
 
 
@@ -277,6 +281,24 @@ class ConfigResult:
         blocks = [b for t in self.trials if t.ok for b in t.blocks]
         seconds = sum(b.seconds for b in blocks)
         return sum(b.samples for b in blocks) / seconds if seconds > 0 else None
+
+    def _cpu_runs(self) -> list[Trial]:
+        return [t for t in self.trials if t.ok and t.cpu_s is not None]
+
+    @property
+    def cpu_per_sample(self) -> float | None:
+        """CPU seconds per sample of the loader's processes (main and workers) while the blocks were
+        timed: what the config really costs the CPU, under the load it creates itself."""
+        runs = self._cpu_runs()
+        samples = sum(b.samples for t in runs for b in t.blocks)
+        return sum(t.cpu_s for t in runs) / samples if samples else None
+
+    @property
+    def busy_cores(self) -> float | None:
+        """Cores the loader's processes kept busy on average while the blocks were timed."""
+        runs = self._cpu_runs()
+        seconds = sum(b.seconds for t in runs for b in t.blocks)
+        return sum(t.cpu_s for t in runs) / seconds if seconds > 0 else None
 
     @property
     def startup_s(self) -> float | None:

@@ -290,6 +290,8 @@ def run_trial(
                     gpu_sampler = UtilisationSampler.for_device(payload.get("uuid"), payload.get("index"))
                 elif kind == "batch":
                     trial.batch = payload
+                elif kind == "cpu":
+                    trial.cpu_s = payload
                 elif kind == "gpu_memory":
                     trial.gpu = payload
                 if on_event:

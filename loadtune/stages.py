@@ -24,7 +24,6 @@ what the timed trials measure). ``bound.py`` turns the costs into the highest re
 
 from __future__ import annotations
 
-import glob
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -32,6 +31,7 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from .cpu import process_cpu_s, runqueue_s, worker_pids
 from .measure import LoaderOptions, Timing, TrialFailure, device_sync, make_consumer, make_loader
 from .plan import TrialConfig, transfer_for
 from .results import StageCost, StageCosts
@@ -147,41 +147,6 @@ class Replay(Dataset):
 
     def __getitem__(self, index: int) -> Any:
         return self.samples[index % len(self.samples)]
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds of all threads of a process, at nanosecond resolution where /proc has schedstat
-    (psutil's 10 ms ticks are too coarse for a few milliseconds per batch)."""
-    total, found = 0.0, False
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        try:
-            with open(path) as f:
-                total += int(f.read().split()[0]) / 1e9
-                found = True
-        except (OSError, ValueError, IndexError):
-            continue
-    if found:
-        return total
-    import psutil
-
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
-
-
-def runqueue_s() -> float:
-    """Seconds this thread has waited for a CPU while runnable (``/proc/thread-self/schedstat``), 0
-    where unavailable. Taken off the fetch's wall time, so that other processes' load on a busy
-    machine does not pass for the dataset waiting on storage."""
-    try:
-        with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-def worker_pid(iterator: Any) -> int | None:
-    workers = getattr(iterator, "_workers", None)  # torch's multiprocessing iterator keeps its processes here
-    return workers[0].pid if workers else None
 
 
 def set_threads(n: int) -> None:
@@ -317,7 +282,7 @@ def hand_off(samples: list, spec: LoadedSpec, config: TrialConfig, st: StageTimi
         batch = None
         for _ in range(3):  # the worker is up and the queue is full
             batch = next(iterator)
-        pid = worker_pid(iterator)
+        pid = next(iter(worker_pids(iterator)), None)
         last = process_cpu_s(pid) if pid else None
 
         def once() -> None:

@@ -212,3 +212,21 @@ def test_the_panel_names_ties_and_reads_the_pick_against_the_bounds_spread():
     assert "this config reaches 42% of it." in panel(slow)
     fast = replace(near, fetch_cpu=stage([10.0] * 6, 10), fetch_wall=stage([10.0] * 6, 10))  # 198/s: below the pick
     assert "measured 202% of it" in panel(fast) and "not a ceiling" in panel(fast)
+
+
+def test_the_cpu_cap_uses_the_cpu_the_fastest_config_with_workers_used_while_timed():
+    stages = StageCosts(batch_size=10, device="cpu", fetch_cpu=stage([1.0] * 6, 10), fetch_wall=stage([1.0] * 6, 10),
+                        collate=stage([0.1] * 6), max_workers=2)
+    result = result_with_stages(stages)
+    profiled = result.bound  # 2 cores over 10 + 0.1 ms of CPU a batch
+    assert profiled.ceiling.name == "CPU" and profiled.rate == pytest.approx(2 * 10 / (10.1 * MS))
+    pick = result.config_result(result.recommendation.config)
+    pick.trials[0].cpu_s = 1.5  # 1,200 samples in 3 s: 1.25 ms of CPU a sample, half a core busy
+    assert pick.cpu_per_sample == pytest.approx(1.25e-3) and pick.busy_cores == pytest.approx(0.5)
+    measured = result.bound
+    assert measured.ceiling.name == "CPU" and measured.rate == pytest.approx(2 / 1.25e-3)
+    assert "used by w2 pf2 bs10 while timed" in measured.ceiling.detail
+    assert measured.stage == DATASET_CPU  # the profile's parts still say whose share is largest
+    in_process = result.configs[0]
+    in_process.trials[0].cpu_s = 30.0  # num_workers=0 is not a loader with workers: never used for this cap
+    assert result.bound.rate == pytest.approx(measured.rate)

@@ -85,3 +85,27 @@ def test_user_prints_stay_out_of_our_output(capfd, tmp_path, workers):
     assert trial.ok
     out, err = capfd.readouterr()
     assert "loading" not in out and "loading" not in err
+
+
+def test_trial_counts_the_cpu_of_its_workers_over_the_timed_blocks():
+    from loadtune.results import ConfigResult
+
+    timing = Timing(warmup_s=0.2, block_s=0.2, blocks=3, max_s=20)
+    config = TrialConfig(batch_size=16, num_workers=2, prefetch_factor=2, persistent_workers=True)
+    computing = run_trial(SpecRef.parse(SPECS / "bound_by.py:cpu"), request(config, timing=timing))
+    waiting = run_trial(SpecRef.parse(SPECS / "bound_by.py:waiting"), request(config, timing=timing))
+    assert computing.status == "ok" and waiting.status == "ok"
+    cpu, sleep = ConfigResult(config, [computing]), ConfigResult(config, [waiting])
+    # ~1 ms of arithmetic a sample happens in the workers: the main process alone would read a few µs
+    assert cpu.cpu_per_sample > 0.3e-3, cpu.cpu_per_sample
+    assert sleep.cpu_per_sample < cpu.cpu_per_sample / 3  # 2 ms of sleep a sample costs little CPU
+    assert 0 < sleep.busy_cores < cpu.busy_cores
+
+
+def test_trial_cpu_is_left_unknown_when_the_workers_change_inside_the_window():
+    # without persistent_workers every epoch starts new workers: the CPU of those that ended is not readable
+    timing = Timing(warmup_s=0.1, block_s=0.1, blocks=3, max_s=20)
+    config = TrialConfig(batch_size=8, num_workers=2, prefetch_factor=2)
+    trial = run_trial(SpecRef.parse(SPECS / "short_epoch.py"), request(config, timing=timing))
+    assert trial.status == "ok" and sum(b.epochs for b in trial.blocks) >= 2
+    assert trial.cpu_s is None
