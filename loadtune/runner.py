@@ -89,6 +89,30 @@ def main_module_hidden():
             setattr(main, name, value)
 
 
+@contextlib.contextmanager
+def sigint_held():
+    """Hold a Ctrl-C that lands while a trial process is being started until ``start()`` returns.
+
+    Raised inside ``start()``, it could leave multiprocessing's fork server and resource tracker half
+    set up and outliving the CLI, holding its stdout and stderr open (a pipe reader then waits
+    forever). Held, it is raised just after, where the caller's clean-up kills the trial's group."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and previous is signal.default_int_handler:
+            raise KeyboardInterrupt
+        if caught and callable(previous):
+            previous(signal.SIGINT, None)
+
+
 def die_with_parent() -> None:
     """Linux: SIGKILL this process when its parent (the fork server, which exits with the CLI) dies,
     so a CLI killed without a chance to clean up leaves no trial behind."""
@@ -103,6 +127,7 @@ def die_with_parent() -> None:
 def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: str) -> None:
     """Trial process entry: own session, output to a log file, figures to the parent as they come."""
     os.setsid()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # forked while the parent held Ctrl-C
     die_with_parent()
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log_fd, 1)
@@ -247,7 +272,7 @@ def run_trial(
     sampler = None
     gpu_sampler: UtilisationSampler | None = None  # NVML, when the trial runs on a CUDA device and NVML works
     try:
-        with main_module_hidden():
+        with main_module_hidden(), sigint_held():
             proc.start()
         send.close()
         if on_event:

@@ -1,5 +1,6 @@
 """Trials in isolated processes with real DataLoader workers: results, failures, timeouts, no orphans."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,27 @@ def test_trial_cpu_is_left_unknown_when_the_workers_change_inside_the_window():
     trial = run_trial(SpecRef.parse(SPECS / "short_epoch.py"), request(config, timing=timing))
     assert trial.status == "ok" and sum(b.epochs for b in trial.blocks) >= 2
     assert trial.cpu_s is None
+
+
+def test_ctrl_c_while_a_trial_starts_is_held_until_it_has_started():
+    import os
+    import signal
+
+    from loadtune.runner import sigint_held
+
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with sigint_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler has run by now: it only took note
+            reached.append(True)
+    assert reached == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a job started in the background ignores it
+    try:
+        with sigint_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
