@@ -8,7 +8,7 @@ and cores that training needs too; a 1% "gain" inside the noise is not worth the
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .footprint import over_limit, size_text
 from .plan import DEFAULT_PREFETCH, TrialConfig, transfer_cost
@@ -88,22 +88,36 @@ def excluded_reason(excluded: list[ConfigResult], limit: int | None) -> str:
     return f"; {n} config{'s' if n != 1 else ''} over the {size_text(limit)} memory limit left out"
 
 
+@dataclass(frozen=True)
+class PersistentSaving:
+    """Seconds per epoch that ``persistent_workers=True`` saves (0.0 inside the noise), and the
+    settings it was measured at: the pick's own, or its twin at the same workers and batch size."""
+
+    seconds: float
+    at: TrialConfig
+
+
 def persistent_saving(configs: list[ConfigResult], config: TrialConfig, epoch_samples: int | None,
-                      noise_floor: float = NOISE_FLOOR) -> float | None:
-    """Seconds per epoch that ``persistent_workers=True`` saves at ``config``'s other settings: the
-    epoch time without it minus with it, from the two measured rates; 0.0 when the noise cannot tell
-    the two apart (a difference inside it is not a saving). None unless both were measured."""
+                      noise_floor: float = NOISE_FLOOR) -> PersistentSaving | None:
+    """The epoch time without ``persistent_workers`` minus with it, from two measured rates: at
+    ``config``'s other settings where both were measured, else at the same workers and batch size (the
+    adaptive search tries the toggle around the leaders, and not again once restarting clearly lost).
+    None unless such a pair was measured."""
     if not config.num_workers or not epoch_samples:
         return None
-    found = {}
+    pairs: dict[TrialConfig, dict[bool, ConfigResult]] = {}
     for c in configs:
-        if c.ok and replace(c.config, persistent_workers=config.persistent_workers) == config:
-            found[c.config.persistent_workers] = c.estimate
-    if len(found) < 2 or min(e.median for e in found.values()) <= 0:
+        if c.ok and c.config.num_workers == config.num_workers and c.config.batch_size == config.batch_size:
+            pairs.setdefault(replace(c.config, persistent_workers=True), {})[c.config.persistent_workers] = c
+    complete = [k for k, pair in pairs.items() if len(pair) == 2 and min(p.estimate.median for p in pair.values()) > 0]
+    if not complete:
         return None
-    if indistinguishable(found[False], found[True], noise_floor):
-        return 0.0
-    return epoch_samples / found[False].median - epoch_samples / found[True].median
+    exact = replace(config, persistent_workers=True)
+    at = exact if exact in complete else max(complete, key=lambda k: pairs[k][True].estimate.median)
+    off, on = pairs[at][False].estimate, pairs[at][True].estimate
+    if indistinguishable(off, on, noise_floor):
+        return PersistentSaving(0.0, at)
+    return PersistentSaving(epoch_samples / off.median - epoch_samples / on.median, at)
 
 
 def explain(pick: ConfigResult, best: ConfigResult, tied: list[ConfigResult]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 from rich.console import Console, Group
@@ -299,15 +300,7 @@ def recommendation_panel(result: ScanResult) -> Panel:
         lines.append(f"Per rank: num_workers={rec.config.num_workers} on each of {n} ranks ({rec.config.num_workers * n} "
                      f"workers on the node); the slowest rank delivers {rate(pick.slowest_rank_rate)} samples/s, "
                      f"all ranks together {rate(pick.aggregate_rate)} samples/s when none waits.\n")
-    saving = persistent_saving(result.configs, rec.config, result.spec.length, noise_floor_of(result))
-    if saving == 0.0:
-        lines.append("persistent_workers makes no difference here beyond the noise (measured with and without it).\n")
-    elif saving is not None and saving > 0:
-        lines.append(f"persistent_workers=True saves {saving:.3f} s per epoch of {result.spec.length} samples here "
-                     "(worker start-up at every epoch's end, measured with and without it).\n")
-    elif saving is not None:
-        lines.append(f"persistent_workers=True was slower here, by {-saving:.3f} s per epoch of {result.spec.length} "
-                     "samples (measured with and without it).\n")
+    lines.append(persistent_text(result, rec.config))
     if len(rec.tied) > 1:
         lines.append("Tied within the noise: " + ", ".join(c.label() for c in rec.tied if c != rec.config) + "\n")
     lines.append(bound_text(result))
@@ -607,6 +600,22 @@ def print_comparison(console: Console, cmp: Comparison, diffs: list[ConfigDiff])
     console.print(", ".join(f"{n} {verdict}" for verdict, n in counts.items()), style="dim")
     for side, pick in (("A", cmp.a_pick), ("B", cmp.b_pick)):
         console.print(Text.assemble((f"{side} recommends ", "bold"), pick.label() if pick else "nothing (no config measured)"))
+
+
+def persistent_text(result: ScanResult, config) -> str:
+    """The panel's line on what ``persistent_workers`` saves per epoch, where a pair was measured."""
+    saving = persistent_saving(result.configs, config, result.spec.length, noise_floor_of(result))
+    if saving is None:
+        return ""
+    where = "with and without it" + ("" if saving.at == replace(config, persistent_workers=True)
+                                     else f", at {saving.at.label()}")
+    if saving.seconds == 0.0:
+        return f"persistent_workers makes no difference here beyond the noise (measured {where}).\n"
+    if saving.seconds > 0:
+        return (f"persistent_workers=True saves {saving.seconds:.3f} s per epoch of {result.spec.length} samples here "
+                f"(worker start-up at every epoch's end, measured {where}).\n")
+    return (f"persistent_workers=True was slower here, by {-saving.seconds:.3f} s per epoch of {result.spec.length} "
+            f"samples (measured {where}).\n")
 
 
 def bound_text(result: ScanResult) -> Text:

@@ -202,12 +202,14 @@ class AdaptiveSearch:
         if not swept:
             return []
         tops = contenders(swept, self.noise_floor)[:1] + [max(swept, key=lambda c: c.estimate.median)]
+        restarting_lost = self.restarting_lost(done)
         out: list[TrialConfig] = []
         for top in {t.config: t for t in tops}.values():
             c = top.config
             if c.num_workers:
                 out += [replace(c, prefetch_factor=p) for p in self.space.prefetch]
-                if self.space.persistent is None and self.epochs_matter(top):
+                if self.space.persistent is None and self.epochs_matter(top) and not (
+                        c.persistent_workers and restarting_lost):
                     out.append(replace(c, persistent_workers=not c.persistent_workers))
                 out += [replace(c, in_order=o) for o in self.space.in_order]
                 out += [replace(c, start_method=m) for m in self.space.start_methods]
@@ -229,6 +231,19 @@ class AdaptiveSearch:
         lower = [w for w in ladder if w < workers]
         higher = [w for w in ladder if w > workers]
         return lower[-1:] + higher[:1]
+
+    def restarting_lost(self, done: dict) -> bool:
+        """``persistent_workers=False`` lost to its persistent twin beyond the noise somewhere. Starting
+        the workers at every epoch only adds work, so once it clearly lost it is not tried again around
+        other configs: on a short dataset those are the slowest trials of the search (each epoch pays
+        the start-up), and the panel's saving falls back to the pair measured."""
+        for config, point in done.items():
+            if config.num_workers and not config.persistent_workers and point.ok:
+                twin = done.get(replace(config, persistent_workers=True))
+                if (twin is not None and twin.ok and point.estimate.median < twin.estimate.median
+                        and not indistinguishable(point.estimate, twin.estimate, self.noise_floor)):
+                    return True
+        return False
 
     @staticmethod
     def epochs_matter(config: ConfigResult) -> bool:

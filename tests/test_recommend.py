@@ -282,11 +282,22 @@ def test_snippet_transfer_hint():
 def test_persistent_saving_from_two_distinct_rates():
     configs = by_config([trial(cfg(2, persist=False), scaled(NOISY, 4.0)), trial(cfg(2, persist=True), scaled(NOISY, 8.0))])
     # 800 samples an epoch: 2 s at 400 samples/s, 1 s at 800 samples/s
-    assert persistent_saving(configs, cfg(2, persist=True), 800) == pytest.approx(1.0)
+    saving = persistent_saving(configs, cfg(2, persist=True), 800)
+    assert saving.seconds == pytest.approx(1.0) and saving.at == cfg(2, persist=True)
     assert persistent_saving(configs, cfg(0), 800) is None  # no workers, nothing to keep alive
+
+
+def test_persistent_saving_falls_back_to_a_twin_at_the_same_workers_and_batch_size():
+    # the pick (prefetch 4) was not measured without persistent_workers; its prefetch-2 twin was
+    configs = by_config([trial(cfg(2, persist=False), scaled(NOISY, 4.0)), trial(cfg(2, persist=True), scaled(NOISY, 8.0)),
+                         trial(cfg(2, pf=4, persist=True), scaled(NOISY, 8.1))])
+    saving = persistent_saving(configs, cfg(2, pf=4, persist=True), 800)
+    assert saving.seconds == pytest.approx(1.0) and saving.at == cfg(2, persist=True)
+    assert persistent_saving(configs, cfg(4, persist=True), 800) is None  # other workers: start-up differs
+    assert persistent_saving(configs, cfg(2, bs=64, persist=True), 800) is None
 
 
 def test_persistent_saving_inside_the_noise_is_none_of_it():
     configs = by_config([trial(cfg(2, persist=False), scaled(NOISY, 4.0)), trial(cfg(2, persist=True), scaled(NOISY, 4.04))])
-    assert persistent_saving(configs, cfg(2, persist=True), 800) == 0.0  # not "-0.02 s per epoch"
+    assert persistent_saving(configs, cfg(2, persist=True), 800).seconds == 0.0  # not "-0.02 s per epoch"
     assert persistent_saving(by_config([trial(cfg(2, persist=True), NOISY)]), cfg(2, persist=True), 800) is None

@@ -2,6 +2,7 @@
 
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,8 @@ def empty_result():
     return ScanResult(spec=spec, machine=MACHINE, settings={})
 
 
-def fake_trial(config, rate, noise=0.005, epochs=0, rng=random.Random(0)):
+def fake_trial(config, rate, noise=0.005, epochs=0, rng=None):
+    rng = rng or random.Random(0)
     blocks = [Block(int(rate * (1 + rng.uniform(-noise, noise))), 10, 1.0, epochs) for _ in range(5)]
     memory = MemoryUsage(200 * 2**20 + 40 * 2**20 * config.num_workers, 1 + config.num_workers, "pss")
     return Trial(config, "ok", startup_s=0.05, warmup=Block(10, 1, 0.1, epochs), blocks=blocks, memory=memory)
@@ -31,12 +33,13 @@ def fake_trial(config, rate, noise=0.005, epochs=0, rng=random.Random(0)):
 def drive(strategy, rate_of, epochs=0, limit=200):
     """Run a strategy against a synthetic landscape until it proposes nothing; returns the result."""
     result = empty_result()
+    rng = random.Random(0)  # each run its own noise, whatever ran before it
     for _ in range(limit):
         proposals = strategy.propose(result)
         if not proposals:
             return result
         p = proposals[0]
-        trial = fake_trial(p.config, rate_of(p.config), epochs=epochs)
+        trial = fake_trial(p.config, rate_of(p.config), epochs=epochs, rng=rng)
         trial.round = p.round
         result.trials.append(trial)
     raise AssertionError("the strategy never stopped proposing")
@@ -101,6 +104,25 @@ def test_refinement_tries_prefetch_and_persistent_only_where_epochs_end():
     assert any(not pw for _, pw in tried(short_epochs))  # epochs end inside trials: it is measured
     notes = adaptive().notes(long_epochs)
     assert any("persistent_workers" in n.what for n in notes)
+
+
+def test_restarting_workers_is_not_tried_again_once_it_clearly_lost():
+    # short epochs, restarts cost half the rate; two batch sizes and two prefetch values give several
+    # leaders in turn, each of which would get its own persistent toggle
+    def rate(c):
+        return 1000 * min(max(c.num_workers, 1), 4) * (1 if c.persistent_workers or not c.num_workers else 0.5) * (
+            1.1 if c.batch_size == 64 else 1) * (1.03 if c.prefetch_factor == 4 else 1)
+
+    result = drive(adaptive(batch_sizes=(32, 64)), rate, epochs=2)
+    restarting = [t.config for t in result.trials if t.config.num_workers and not t.config.persistent_workers]
+    assert len(restarting) == 1  # measured once, beside the first leader, and clearly slower
+    pick = loadtune.recommend.recommend(result.trials).config
+    assert pick.persistent_workers and pick.batch_size == 64
+    saving = loadtune.recommend.persistent_saving(result.configs, pick, 1000)
+    assert saving is None or saving.seconds > 0  # from the pair measured, when it shares the pick's workers and batch size
+    # where restarting ties (long epochs next to start-up), the toggle is tried around each leader
+    even = drive(adaptive(batch_sizes=(32, 64)), lambda c: rate(replace(c, persistent_workers=True)), epochs=2)
+    assert len([t for t in even.trials if t.config.num_workers and not t.config.persistent_workers]) > 1
 
 
 def test_confirmation_remeasures_contenders_side_by_side():
