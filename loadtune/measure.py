@@ -235,8 +235,11 @@ class Meter:
     def loader_iterator(self) -> Any:
         """The DataLoader's own iterator (with the stream strategy the meter iterates a prefetcher;
         between epochs, persistent workers stay with the loader's ``_iterator``)."""
-        loader = getattr(self.loader, "loader", self.loader)
-        return getattr(self.loader, "loader_iterator", None) or self.iterator or getattr(loader, "_iterator", None)
+        # ``is None``, never truth: a loader's iterator has ``__len__``, which an IterableDataset's lacks
+        for candidate in (getattr(self.loader, "loader_iterator", None), self.iterator):
+            if candidate is not None:
+                return candidate
+        return getattr(getattr(self.loader, "loader", self.loader), "_iterator", None)
 
     def _next(self) -> Any:
         if self.iterator is None:
@@ -432,7 +435,8 @@ def measure(
         meter.mark = time.perf_counter()  # the window starts now on every rank; the wait is not timed
         deadline = min(deadline, meter.mark + shard.window_s)
         enough = lambda rates: False  # noqa: E731
-    cpu_start = tree_cpu_s(meter.loader_iterator)  # twice per trial, outside the hot loop
+    cpu_start = tree_cpu_s(meter.loader_iterator)  # twice per trial, outside the hot loop and the blocks:
+    meter.mark = time.perf_counter()  # reading 64 workers' counters takes milliseconds, which are not the loader's
     while not enough(rates) and time.perf_counter() < deadline:
         block = meter.phase(timing.block_s, block_batches, deadline)
         if block.batches:
