@@ -140,6 +140,7 @@ def test_ctrl_c_while_a_trial_starts_is_held_until_it_has_started():
 def test_iterable_dataset_without_a_length_measures_with_workers(persistent):
     # the warm-up asks the loader's iterator for its backlog: an IterableDataset's iterator has no len()
     config = TrialConfig(batch_size=16, num_workers=2, prefetch_factor=2, persistent_workers=persistent)
-    trial = run_trial(SpecRef.parse(SPECS / "unsharded_iterable.py:sharded"), request(config))
+    trial = run_trial(SpecRef.parse(SPECS / "unsharded_iterable.py:long_sharded"), request(config))
     assert trial.status == "ok", trial.error
     assert len(trial.blocks) == 2 and trial.estimate.median > 0
+    assert not any(b.epochs for b in trial.blocks)

@@ -27,3 +27,8 @@ def sharded():
 
 
 loadtune = {"batch_size": 16}
+
+
+def long_sharded():
+    """An epoch far longer than a quick trial: the warm-up then ends on its backlog check, not an epoch's end."""
+    return Stream(n=10_000_000, shard=True)
