@@ -15,6 +15,7 @@ settings given, then reports:
 
     python benchmarks/bound.py --out benchmarks/bound.json
     python benchmarks/bound.py --archetypes cpu_bound,storage_latency --warmup 0.3 --block-time 0.2 --out /tmp/b.json
+    python benchmarks/bound.py --rescore --out benchmarks/bound.json   # the saved scans, judged by this checkout
 
 Every figure, and each scan's full result (stages included), goes to the JSON file given by ``--out``,
 rewritten after each archetype. Run it on an otherwise idle machine: the trials' throughput competes
@@ -34,7 +35,7 @@ from pathlib import Path
 import loadtune  # before torch: it silences torch's warning about a missing numpy
 import torch
 from loadtune.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, pick_fraction, pick_rate
-from loadtune.results import check_writable, write_atomic
+from loadtune.results import ScanResult, check_writable, write_atomic
 
 HERE = Path(__file__).resolve().parent
 ARCHETYPES = ["cpu_bound", "storage_latency", "object_store", "large_tensors", "tiny_dataset", "heavy_tail", "iterable"]
@@ -81,13 +82,18 @@ def character(stages) -> str | None:
     return "waiting" if wall - cpu > cpu else "computing"
 
 
-def run_archetype(name: str, args: argparse.Namespace, folder: Path) -> dict:
+def run_archetype(name: str, args: argparse.Namespace, folder: Path, before: dict | None = None) -> dict:
+    """Scan the archetype, or with ``--rescore`` read its saved scan back (``before``: its earlier
+    record, whose wall time and load averages are kept), and judge the bound."""
     spec = str(HERE / "archetypes" / SPECS.get(name, f"{name}.py"))
     started = time.monotonic()
     load_start = load_average()
     json_path = folder / f"bound-{name}.json"
-    result = loadtune.scan(spec, json_path=json_path, warmup=args.warmup, block_time=args.block_time,
-                           blocks=args.blocks, timeout=args.timeout, seed=args.seed)
+    if args.rescore:
+        result = ScanResult.load(json_path)
+    else:
+        result = loadtune.scan(spec, json_path=json_path, warmup=args.warmup, block_time=args.block_time,
+                               blocks=args.blocks, timeout=args.timeout, seed=args.seed)
     bound = result.bound
     rec = result.recommendation
     pick = result.config_result(rec.config) if rec else None
@@ -124,6 +130,8 @@ def run_archetype(name: str, args: argparse.Namespace, folder: Path) -> dict:
         "workers_measured": sorted({c.config.num_workers for c in result.configs}),
         "result": json.loads(json_path.read_text()),
     }
+    if args.rescore and before is not None:
+        record.update({k: before[k] for k in ("wall_s", "load_average_start", "load_average_end") if k in before})
     return record
 
 
@@ -151,6 +159,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--blocks", type=int, default=10, help="timed blocks per trial, at most (default: loadtune's 10)")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rescore", action="store_true",
+                   help="measure nothing: judge the scans saved beside --out again with this checkout's bound "
+                        "(a pure function of a saved scan)")
     args = p.parse_args(argv)
     names = [n.strip() for n in args.archetypes.split(",")] if args.archetypes else ARCHETYPES
     unknown = [n for n in names if n not in ARCHETYPES]
@@ -177,8 +188,13 @@ def main(argv: list[str] | None = None) -> int:
         "target_fraction": TARGET,
         "archetypes": [],
     }
+    earlier = {}
+    if args.rescore and out.exists():
+        previous = json.loads(out.read_text())
+        earlier = {r["archetype"]: r for r in previous.get("archetypes", [])}
+        document["measured"] = previous.get("created")
     for name in args.names:
-        record = run_archetype(name, args, folder)
+        record = run_archetype(name, args, folder, earlier.get(name))
         document["archetypes"].append(record)
         print_row(record)
         write_atomic(out, json.dumps(document, indent=1, default=str) + "\n")

@@ -16,7 +16,9 @@ Without workers (``num_workers=0``) everything runs in turn in the main process.
 better of the two modes; the stage named is the largest share of the cap that sets it.
 
 The costs are means of a short profile, so every cap carries an interval: its rate with every cost at
-the low and at the high end of its mean's 95% interval (conservative: all ends at once). Caps whose
+the low and at the high end of its mean's 95% interval (conservative: all ends at once). A CPU cap set
+from the trials spans the CPU per batch its config's runs read, lowest to highest (a run is one reading
+over its timed window; one run gives no interval). Caps whose
 intervals overlap the limiting one's cannot be told apart from it, and are named with it as ties: a
 dataset that waits on storage, run with many workers on few cores, is limited by the waits and the
 CPU together.
@@ -180,8 +182,15 @@ def rate_of(batch_size: int, seconds: float) -> float:
 class MeasuredCPU:
     """The CPU a config with workers used per batch while its blocks were timed (all its processes)."""
 
-    per_batch: float  # seconds
+    per_batch: float  # seconds, all its runs pooled
     config: str  # its label
+    low: float | None = None  # the lowest and highest CPU per batch its runs read (None: one run)
+    high: float | None = None
+
+    def ends(self) -> tuple["MeasuredCPU", "MeasuredCPU"]:
+        """As read by its cheapest and its dearest run: the CPU cap at the high and the low end."""
+        return (replace(self, per_batch=self.low if self.low is not None else self.per_batch),
+                replace(self, per_batch=self.high if self.high is not None else self.per_batch))
 
 
 def worker_ceilings(c: BatchCosts, usable_cores: int, max_workers: int, measured: MeasuredCPU | None = None) -> list[Ceiling]:
@@ -196,6 +205,8 @@ def worker_ceilings(c: BatchCosts, usable_cores: int, max_workers: int, measured
     cpu_source = "CPU per batch"
     if measured is not None:
         cpu_total, cpu_source = measured.per_batch, f"CPU per batch, used by {measured.config} while timed"
+        if measured.low is not None and measured.high is not None and measured.high > measured.low:
+            cpu_source += f" (its runs: {measured.low * 1e3:.3g}-{measured.high * 1e3:.3g} ms)"
     per_worker = c.fetch_wall + c.handoff
     worker_parts = {dataset_stage(c.fetch_cpu, c.fetch_wall): c.fetch_wall, COLLATION: c.collate,
                     HANDOFF: c.handoff - c.collate}
@@ -244,11 +255,12 @@ def compute_bound(costs: BatchCosts, usable_cores: int, max_workers: int,
                   spread: tuple[BatchCosts, BatchCosts] | None = None, measured: MeasuredCPU | None = None) -> Bound:
     """The bound from the mean costs; ``spread`` (the costs at the low and the high end of their
     intervals) gives every cap and the bound an interval, and the caps that tie with the limiting one.
-    ``measured``: the CPU a trial used per batch, for the CPU cap (a single long window: no interval)."""
+    ``measured``: the CPU the trials used per batch, for the CPU cap (its interval: the runs' readings)."""
     ceilings = ceilings_of(costs, usable_cores, max_workers, measured)
     low = high = None
     if spread is not None:
-        cheap, dear = (ceilings_of(c, usable_cores, max_workers, measured) for c in spread)
+        ends = measured.ends() if measured is not None else (None, None)
+        cheap, dear = (ceilings_of(c, usable_cores, max_workers, m) for c, m in zip(spread, ends))
         fast, slow = {x.name: x.rate for x in cheap}, {x.name: x.rate for x in dear}
         ceilings = [replace(x, low=min(x.rate, slow.get(x.name, x.rate)), high=max(x.rate, fast.get(x.name, x.rate)))
                     for x in ceilings]
@@ -293,7 +305,9 @@ def measured_cpu(result: "ScanResult", batch_size: int) -> MeasuredCPU | None:
     if not runs:
         return None
     top = max(runs, key=lambda c: c.mean_rate)
-    return MeasuredCPU(top.cpu_per_sample * batch_size, top.config.label())
+    readings = top.cpu_per_sample_runs
+    low, high = (min(readings) * batch_size, max(readings) * batch_size) if len(readings) > 1 else (None, None)
+    return MeasuredCPU(top.cpu_per_sample * batch_size, top.config.label(), low, high)
 
 
 def pick_rate(result: "ScanResult") -> float | None:

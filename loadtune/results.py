@@ -294,6 +294,16 @@ class ConfigResult:
         return sum(t.cpu_s for t in runs) / samples if samples else None
 
     @property
+    def cpu_per_sample_runs(self) -> list[float]:
+        """Each run's CPU seconds per sample: how far apart they read is the spread of ``cpu_per_sample``."""
+        out = []
+        for t in self._cpu_runs():
+            samples = sum(b.samples for b in t.blocks)
+            if samples:
+                out.append(t.cpu_s / samples)
+        return out
+
+    @property
     def busy_cores(self) -> float | None:
         """Cores the loader's processes kept busy on average while the blocks were timed."""
         runs = self._cpu_runs()

@@ -227,6 +227,25 @@ def test_the_cpu_cap_uses_the_cpu_the_fastest_config_with_workers_used_while_tim
     assert measured.ceiling.name == "CPU" and measured.rate == pytest.approx(2 / 1.25e-3)
     assert "used by w2 pf2 bs10 while timed" in measured.ceiling.detail
     assert measured.stage == DATASET_CPU  # the profile's parts still say whose share is largest
+    assert measured.low == measured.high == measured.rate  # one run: one reading, no interval
     in_process = result.configs[0]
     in_process.trials[0].cpu_s = 30.0  # num_workers=0 is not a loader with workers: never used for this cap
     assert result.bound.rate == pytest.approx(measured.rate)
+
+
+def test_the_measured_cpu_cap_spans_its_runs_and_ties_with_a_cap_inside_that_span():
+    # a waiting dataset: 8 workers, 16 ms a sample each, allow 8 / 16 ms = 500/s; the pick's two runs read
+    # 3.6 and 4.4 ms of CPU a sample, so the cores allow 455-556/s: the waits and the CPU cannot be told apart
+    stages = StageCosts(batch_size=10, device="cpu", fetch_cpu=stage([1.0] * 6, 10), fetch_wall=stage([16.0] * 6, 10),
+                        collate=stage([0.0] * 6), max_workers=8)
+    result = result_with_stages(stages)
+    first = result.trials[1]  # the run with workers
+    first.cpu_s = 3 * 400 * 3.6e-3
+    result.trials.append(replace(first, cpu_s=3 * 400 * 4.4e-3))
+    bound = result.bound
+    cpu = next(c for c in bound.ceilings if c.name == "CPU")
+    assert cpu.rate == pytest.approx(2 / 4.0e-3)  # the runs pooled
+    assert cpu.low == pytest.approx(2 / 4.4e-3) and cpu.high == pytest.approx(2 / 3.6e-3)
+    assert "its runs: 36-44 ms" in cpu.detail
+    assert bound.ceiling.name == "CPU" and bound.stages == [DATASET_CPU, IO_WAIT]
+    assert bound.low == pytest.approx(cpu.low) and bound.high == pytest.approx(500, rel=0.01)
