@@ -1,7 +1,8 @@
 """The recommendation (SPEC §6), as pure functions of measured trials.
 
-Not merely the top row: among the configs the measured noise cannot tell from the fastest, the
-cheapest one wins (fewest workers, then least memory, then no pinning). Extra workers cost memory
+Not merely the top row: among the configs the measured noise cannot tell from the fastest (and
+that no other config clearly beats), the cheapest one wins (fewest workers, then least memory, then
+no pinning). Extra workers cost memory
 and cores that training needs too; a 1% "gain" inside the noise is not worth them.
 """
 
@@ -47,12 +48,21 @@ def baseline_for(configs: list[ConfigResult], batch_size: int) -> ConfigResult |
 
 
 def contenders(configs: list[ConfigResult], noise_floor: float = NOISE_FLOOR) -> list[ConfigResult]:
-    """The fastest measured config and every config the noise cannot tell from it, cheapest first."""
+    """The configs that no measured config is clearly faster than, cheapest first: the fastest, and
+    every config the noise cannot tell from it unless another config beats it beyond the noise. A
+    fastest measured once and noisily (a heavy-tailed dataset's blocks can span ±45%) has an interval
+    wide enough to take in configs that tighter ones clearly beat; without that second test, such
+    an interval made ``num_workers=0`` at 55% of the others "tied", and so the cheapest pick."""
     ok = [c for c in configs if c.ok]
     if not ok:
         return []
-    best = max(ok, key=lambda c: c.estimate.median)
-    return sorted((c for c in ok if indistinguishable(c.estimate, best.estimate, noise_floor)), key=cost)
+    by_speed = sorted(ok, key=lambda c: c.estimate.median, reverse=True)
+
+    def beaten(c: ConfigResult) -> bool:
+        return any(not indistinguishable(d.estimate, c.estimate, noise_floor)
+                   for d in by_speed if d.estimate.median > c.estimate.median)
+
+    return sorted((c for c in ok if not beaten(c)), key=cost)
 
 
 def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory: int | None = None) -> Recommendation | None:
