@@ -5,7 +5,8 @@ Strategies are pure functions of what has been measured so far: ``propose(result
 trials still wanted, first one first. Given the same measurements they make the same proposals, so
 an interrupted scan resumes by asking again. Both end by re-measuring the contenders (the configs
 the noise cannot tell apart) side by side, interleaved, so that drift of the machine between the
-first and the last trial does not pick the winner.
+first and the last trial does not pick the winner; a pick still tied with a faster config only by
+wide intervals is measured beside it a few more times.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .results import ConfigResult, ScanResult, by_config
 from .stats import indistinguishable
 
 MAX_CONFIRM = 4  # contenders re-measured at most: the cheapest ones and the fastest
+SETTLE_ROUNDS = 2  # more side-by-side rounds, at most, for a pick tied with the fastest only by wide intervals
 PATIENCE = 2  # consecutive worker counts (>= 1) without a gain before the sweep stops
 EXTEND_MEMORY_FRACTION = 0.5  # extend past the grid only while projected memory stays under this share
 
@@ -58,7 +60,7 @@ def confirmation(result: ScanResult, rounds: int, noise_floor: float, seed: int)
         order = [c.config for c in chosen if c.config not in done and c.config.key not in skipped]
         random.Random(seed + r).shuffle(order)
         out += [Proposal(c, r) for c in order]
-    return out or unconfirmed_pick(result, rounds, noise_floor, skipped)
+    return out or unconfirmed_pick(result, rounds, noise_floor, skipped) or settling(result, rounds, noise_floor, seed)
 
 
 def unconfirmed_pick(result: ScanResult, rounds: int, noise_floor: float, skipped: set[str]) -> list[Proposal]:
@@ -72,6 +74,32 @@ def unconfirmed_pick(result: ScanResult, rounds: int, noise_floor: float, skippe
     if not tied or tied[0].config in confirmed or tied[0].config.key in skipped:
         return []
     return [Proposal(tied[0].config, rounds)]
+
+
+def settling(result: ScanResult, rounds: int, noise_floor: float, seed: int) -> list[Proposal]:
+    """Once the rounds are done, a pick whose median lies further below the fastest's than the noise
+    floor is tied with it only because their intervals are wide: the two are measured again side by
+    side, up to ``SETTLE_ROUNDS`` more rounds. Each run narrows both pooled intervals, so a real gap
+    shows; on a noisy 2-core VM one round left configs 10-30% apart tied, and the cheaper was picked."""
+    if rounds < 1:
+        return []  # no re-measuring asked for
+    tied = contenders(by_config(result.trials), noise_floor)
+    if len(tied) < 2:
+        return []
+    pick, best = tied[0], max(tied, key=lambda c: c.estimate.median)
+    if pick is best or best.estimate.median - pick.estimate.median <= noise_floor * best.estimate.median:
+        return []
+    skipped = skipped_keys(result)
+    pair = [c.config for c in (pick, best) if c.config.key not in skipped]
+    extra = [t.round for t in result.trials if t.round > rounds]
+    r = max(extra, default=rounds + 1)
+    missing = [c for c in pair if c not in measured(result, r)]
+    if not missing:  # this round has the pair as it stands: the next one, while any is left
+        r, missing = r + 1, pair
+    if r > rounds + SETTLE_ROUNDS:
+        return []
+    random.Random(seed + r).shuffle(missing)
+    return [Proposal(c, r) for c in missing]
 
 
 class GridSearch:

@@ -30,7 +30,7 @@ def fake_trial(config, rate, noise=0.005, epochs=0, rng=None):
     return Trial(config, "ok", startup_s=0.05, warmup=Block(10, 1, 0.1, epochs), blocks=blocks, memory=memory)
 
 
-def drive(strategy, rate_of, epochs=0, limit=200):
+def drive(strategy, rate_of, epochs=0, limit=200, noise=0.005):
     """Run a strategy against a synthetic landscape until it proposes nothing; returns the result."""
     result = empty_result()
     rng = random.Random(0)  # each run its own noise, whatever ran before it
@@ -39,16 +39,17 @@ def drive(strategy, rate_of, epochs=0, limit=200):
         if not proposals:
             return result
         p = proposals[0]
-        trial = fake_trial(p.config, rate_of(p.config), epochs=epochs, rng=rng)
+        trial = fake_trial(p.config, rate_of(p.config), noise=noise, epochs=epochs, rng=rng)
         trial.round = p.round
         result.trials.append(trial)
     raise AssertionError("the strategy never stopped proposing")
 
 
-def adaptive(workers=(0, 1, 2, 4), prefetch=(2, 4), persistent=None, max_workers=64, batch_sizes=(32,)):
+def adaptive(workers=(0, 1, 2, 4), prefetch=(2, 4), persistent=None, max_workers=64, batch_sizes=(32,), confirm_rounds=1):
     space = SearchSpace(batch_sizes=list(batch_sizes), workers=list(workers), prefetch=list(prefetch), persistent=persistent)
     defaults = [TrialConfig(bs, 0) for bs in batch_sizes]
-    return AdaptiveSearch(space, False, defaults, 0.02, max_workers=max_workers, memory_available=64 * 2**30)
+    return AdaptiveSearch(space, False, defaults, 0.02, max_workers=max_workers, memory_available=64 * 2**30,
+                          confirm_rounds=confirm_rounds)
 
 
 def swept_workers(result):
@@ -133,6 +134,27 @@ def test_confirmation_remeasures_contenders_side_by_side():
     assert sorted(t.config.num_workers for t in confirm) == [0, 2, 4]  # and PyTorch's defaults, for the gain
     clear = drive(adaptive(workers=(0, 1, 2), prefetch=(2,), persistent=True, max_workers=2), lambda c: {0: 1, 1: 2, 2: 9}[c.num_workers] * 1000)
     assert not [t for t in clear.trials if t.round == 1]  # a clear winner needs no confirmation
+
+
+def test_a_pick_tied_only_by_wide_intervals_is_measured_again_beside_the_fastest():
+    from loadtune.search import SETTLE_ROUNDS
+
+    # 2 workers are 8% slower than 4; blocks spread ±30%, so one side-by-side round leaves them tied
+    rate = {0: 1000, 1: 1800, 2: 2760, 4: 3000}
+    strategy = adaptive(workers=(0, 1, 2, 4), prefetch=(2,), persistent=True, max_workers=4)
+    result = drive(strategy, lambda c: rate[c.num_workers], noise=0.3)
+    settle = [t for t in result.trials if t.round > 1]
+    assert settle and max(t.round for t in settle) <= 1 + SETTLE_ROUNDS
+    for r in {t.round for t in settle}:
+        assert len([t for t in settle if t.round == r]) <= 2  # the pick and the fastest, nothing else
+    assert {t.config.num_workers for t in settle} <= {2, 4}
+    # blocks within ±0.5%: 8% apart is clear after the search, and nothing is re-measured at all
+    clear = drive(strategy, lambda c: rate[c.num_workers])
+    assert not [t for t in clear.trials if t.round > 1]
+    # confirm=0 asks for no re-measuring: none
+    none = drive(adaptive(workers=(0, 1, 2, 4), prefetch=(2,), persistent=True, max_workers=4, confirm_rounds=0),
+                 lambda c: rate[c.num_workers], noise=0.3)
+    assert not [t for t in none.trials if t.round]
 
 
 def test_grid_runs_every_config_once_then_confirms():
