@@ -2,8 +2,8 @@
 
 Not merely the top row: among the configs the measured noise cannot tell from the fastest (and
 that no other config clearly beats), the cheapest one wins (fewest workers, then least memory, then
-no pinning). Extra workers cost memory
-and cores that training needs too; a 1% "gain" inside the noise is not worth them.
+no pinning). Extra workers cost memory and cores that training needs too; a 1% "gain" inside the
+noise is not worth them.
 """
 
 from __future__ import annotations
