@@ -60,36 +60,37 @@ def confirmation(result: ScanResult, rounds: int, noise_floor: float, seed: int)
         order = [c.config for c in chosen if c.config not in done and c.config.key not in skipped]
         random.Random(seed + r).shuffle(order)
         out += [Proposal(c, r) for c in order]
-    return out or unconfirmed_pick(result, rounds, noise_floor, skipped) or settling(result, rounds, noise_floor, seed)
+    if out:
+        return out
+    pooled = contenders(by_config(result.trials), noise_floor)  # every round so far: what the pick is made from
+    return unconfirmed_pick(result, rounds, pooled, skipped) or settling(result, rounds, pooled, skipped, noise_floor, seed)
 
 
-def unconfirmed_pick(result: ScanResult, rounds: int, noise_floor: float, skipped: set[str]) -> list[Proposal]:
+def unconfirmed_pick(result: ScanResult, rounds: int, tied: list[ConfigResult], skipped: set[str]) -> list[Proposal]:
     """Once the rounds are done: pooling them moves and widens intervals, and can make a config the
     search measured only once (and noisily) the cheapest of the tied, so the pick. It is re-measured
-    too before it is declared; each config at most once, so this ends."""
+    too before it is declared; each config at most once, so this ends. ``tied``: the contenders of
+    all rounds pooled."""
     confirmed = {t.config for t in result.trials if t.round}
     if not confirmed or len(confirmed) > 2 * MAX_CONFIRM:
         return []
-    tied = contenders(by_config(result.trials), noise_floor)
     if not tied or tied[0].config in confirmed or tied[0].config.key in skipped:
         return []
     return [Proposal(tied[0].config, rounds)]
 
 
-def settling(result: ScanResult, rounds: int, noise_floor: float, seed: int) -> list[Proposal]:
+def settling(result: ScanResult, rounds: int, tied: list[ConfigResult], skipped: set[str], noise_floor: float,
+             seed: int) -> list[Proposal]:
     """Once the rounds are done, a pick whose median lies further below the fastest's than the noise
     floor is tied with it only because their intervals are wide: the two are measured again side by
     side, up to ``SETTLE_ROUNDS`` more rounds. Each run narrows both pooled intervals, so a real gap
-    shows; on a noisy 2-core VM one round left configs 10-30% apart tied, and the cheaper was picked."""
-    if rounds < 1:
-        return []  # no re-measuring asked for
-    tied = contenders(by_config(result.trials), noise_floor)
-    if len(tied) < 2:
+    shows; on a noisy 2-core VM one round left configs 10-30% apart tied, and the cheaper was picked.
+    ``tied``: the contenders of all rounds pooled."""
+    if rounds < 1 or len(tied) < 2:  # no re-measuring asked for, or nothing tied
         return []
     pick, best = tied[0], max(tied, key=lambda c: c.estimate.median)
     if pick is best or best.estimate.median - pick.estimate.median <= noise_floor * best.estimate.median:
         return []
-    skipped = skipped_keys(result)
     pair = [c.config for c in (pick, best) if c.config.key not in skipped]
     extra = [t.round for t in result.trials if t.round > rounds]
     r = max(extra, default=rounds + 1)
