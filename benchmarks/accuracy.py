@@ -26,12 +26,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import loadtune  # noqa: F401  before torch: it silences torch's warning about a missing numpy
-from loadtune.measure import LoaderOptions
-from loadtune.plan import TrialConfig
-from loadtune.results import check_writable, write_atomic
-from loadtune.runner import TrialRequest, run_trial
-from loadtune.scan import ScanOptions, prepare
-from loadtune.spec import SpecRef
+from loadtune.engine.trial.measure import LoaderOptions
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import check_writable, write_atomic
+from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.engine.scan import ScanOptions, prepare
+from loadtune.engine.spec import SpecRef
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_quality import ARCHETYPE_DIR, ARCHETYPES, load_average, rel_error, spec_batch_size  # noqa: E402

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import loadtune  # before torch: it silences torch's warning about a missing numpy
 import torch
-from loadtune.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, pick_fraction, pick_rate
-from loadtune.results import ScanResult, check_writable, write_atomic
+from loadtune.analysis.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, pick_fraction, pick_rate
+from loadtune.model.results import ScanResult, check_writable, write_atomic
 
 HERE = Path(__file__).resolve().parent
 ARCHETYPES = ["cpu_bound", "storage_latency", "object_store", "large_tensors", "tiny_dataset", "heavy_tail", "iterable"]

@@ -19,7 +19,7 @@ import warnings
 
 import loadtune  # noqa: F401  (before torch: it silences torch's warning about a missing numpy)
 import psutil
-from loadtune.spec import SpecRef, load_spec
+from loadtune.engine.spec import SpecRef, load_spec
 from torch.utils.data import DataLoader
 
 BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")

@@ -1,7 +1,7 @@
 """Pinned against pageable host memory: host-to-device (and device-to-host) GB/s at 1, 16 and 256 MiB.
 
 The folk claim "pin_memory makes transfers 30-50% faster" measured, not repeated. Each figure is
-``loadtune.doctor.copy_rate``: CUDA events around each copy, two warm-up copies, then the median of
+``loadtune.engine.doctor.copy_rate``: CUDA events around each copy, two warm-up copies, then the median of
 repeats (about 1 GiB moved per figure, 5 to 50 copies) with its 95% interval. Pinned copies are
 issued ``non_blocking``; pageable ones are staged by the driver. The PCIe link's theoretical rate
 (NVML generation x width) is printed beside them.
@@ -32,7 +32,7 @@ def main() -> None:
     require_cuda("gpu_copy")
     import torch
 
-    from loadtune import doctor
+    from loadtune.engine import doctor as doctor
 
     device = torch.device("cuda", torch.cuda.current_device())
     sizes = [int(s) * MiB for s in args.sizes.split(",")]

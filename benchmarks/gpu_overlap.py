@@ -41,9 +41,9 @@ def main() -> None:
     require_cuda("gpu_overlap")
     import torch
 
-    from loadtune.prefetch import CUDAPrefetcher
-    from loadtune.transfer import move_to
-    from loadtune.workload import calibrate
+    from loadtune.engine.trial.prefetch import CUDAPrefetcher
+    from loadtune.engine.trial.transfer import move_to
+    from loadtune.engine.trial.workload import calibrate
 
     device = torch.device("cuda", torch.cuda.current_device())
     pool = [torch.full(((args.mib << 20) // 4,), float(i)).pin_memory() for i in range(4)]

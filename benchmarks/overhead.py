@@ -3,7 +3,7 @@
 For each config, and for several interleaved repeats, isolated child processes run over the same
 near-no-op dataset (benchmarks/noop_dataset.py) with the same DataLoader arguments:
 
-  loadtune  ``loadtune.runner.run_trial`` exactly as a default scan runs it (forkserver child with
+  loadtune  ``loadtune.engine.trial.harness.run_trial`` exactly as a default scan runs it (forkserver child with
             torch preloaded, memory sampler in the parent, ``measure()`` in the child); the figure
             is the one loadtune reports, ``Trial.estimate.median`` (median of its block rates).
   bare      (benchmarks/bare_loop.py) a child started from the very same forkserver context, the
@@ -78,8 +78,9 @@ CASES = [
 
 def run_bare(case: Case, loader_options, start_method: str, warmup_s: float, duration_s: float,
              timeout_s: float, count_with_len: bool) -> dict:
-    from loadtune import runner
-    from loadtune.spec import SpecRef
+    from loadtune.engine.trial import harness as runner
+    from loadtune.engine.trial.protocol import TrialRequest
+    from loadtune.engine.spec import SpecRef
 
     from bare_loop import bare_child
 
@@ -117,12 +118,12 @@ def run_bare(case: Case, loader_options, start_method: str, warmup_s: float, dur
 
 
 def run_loadtune(case: Case, request_base: dict, sampler: bool = True) -> dict:
-    from loadtune import runner
-    from loadtune.plan import TrialConfig
-    from loadtune.spec import SpecRef
+    from loadtune.engine.trial import harness as runner
+    from loadtune.model.config import TrialConfig
+    from loadtune.engine.spec import SpecRef
 
     config = TrialConfig(case.batch_size, case.num_workers, False, case.prefetch_factor, case.persistent_workers, "none")
-    request = runner.TrialRequest(config=config, **request_base)
+    request = TrialRequest(config=config, **request_base)
     if sampler:
         trial = runner.run_trial(SpecRef(str(SPEC_PATH)), request)
     else:  # diagnosis only: the same trial without the parent sampling the tree's memory every 0.25 s
@@ -245,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
 
-    from loadtune import machine  # first: loadtune silences torch's "Failed to initialize NumPy" warning
-    from loadtune.measure import LoaderOptions, Timing
-    from loadtune.scan import ScanOptions
+    from loadtune.engine import machine as machine  # first: loadtune silences torch's "Failed to initialize NumPy" warning
+    from loadtune.engine.trial.measure import LoaderOptions, Timing
+    from loadtune.engine.scan import ScanOptions
 
     import torch
 

@@ -4,7 +4,7 @@ benchmarks/overhead.py compares whole trials with a bare loop, seconds apart; on
 the noise between two such runs is often larger than the 2% it is looking for. The two parts here
 alternate their A and B every half second or second, so drift cancels, and each isolates one cause:
 
-  loop     In one process, ``loadtune.measure.Meter.phase`` and a bare ``for batch in loader`` loop,
+  loop     In one process, ``loadtune.engine.trial.measure.Meter.phase`` and a bare ``for batch in loader`` loop,
            each over its own DataLoader of the same config, alternating 0.5 s phases. Nothing but
            the loop differs.
   sampler  A bare loop in a trial-like child (benchmarks/bare_loop.py, forkserver as trials use),
@@ -45,9 +45,9 @@ def quartiles(xs: list[float]) -> dict:
 def loop_part(name: str, pairs: int, phase_s: float) -> dict:
     import torch
 
-    from loadtune.measure import LoaderOptions, Meter, SampleCounter, device_sync, make_consumer, make_loader
-    from loadtune.plan import TrialConfig
-    from loadtune.spec import load_spec
+    from loadtune.engine.trial.measure import LoaderOptions, Meter, SampleCounter, device_sync, make_consumer, make_loader
+    from loadtune.model.config import TrialConfig
+    from loadtune.engine.spec import load_spec
 
     bs, w, pf, pw = CASES[name]
     spec = load_spec(SPEC_PATH)
@@ -93,9 +93,10 @@ def loop_part(name: str, pairs: int, phase_s: float) -> dict:
 
 
 def sampler_part(name: str, windows: int, window_s: float, interval_s: float | None = None) -> dict:
-    from loadtune import machine, runner
-    from loadtune.memory import MemorySampler
-    from loadtune.spec import SpecRef
+    from loadtune.engine import machine as machine
+    from loadtune.engine.trial import harness as runner
+    from loadtune.engine.trial.memory import MemorySampler
+    from loadtune.engine.spec import SpecRef
 
     from bare_loop import windowed_child
 

@@ -6,7 +6,7 @@ a. a default scan with one loader (``loadtune.scan``): the single-rank pick;
 b. a default scan with ``--nproc-per-node`` ranks: the per-rank pick under the node's shared cores
    (the two picks should differ: N ranks copying the single-rank num_workers oversubscribe the node);
 c. side by side, interleaved in a shuffled order over ``--repeats`` rounds, both picks run on the N
-   ranks through the same trial machinery (``loadtune.runner.run_trial`` with the scan's RankSetup),
+   ranks through the same trial machinery (``loadtune.engine.trial.harness.run_trial`` with the scan's RankSetup),
    each over the same fixed window: the node's rate in step (ranks x the slowest rank, the pace of
    synchronous training) and the aggregate (sum of the ranks' rates over the window). Target: the
    per-rank pick at least matches the naive copy, and beats it where they differ.
@@ -32,11 +32,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import loadtune  # before torch: it silences torch's warning about a missing numpy
-from loadtune.distributed import setup_for
-from loadtune.machine import usable_cores
-from loadtune.measure import LoaderOptions
-from loadtune.runner import TrialRequest, run_trial
-from loadtune.spec import SpecRef
+from loadtune.engine.distributed.layout import setup_for
+from loadtune.engine.machine import usable_cores
+from loadtune.engine.trial.measure import LoaderOptions
+from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.engine.spec import SpecRef
 
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "archetypes" / "cpu_bound.py"

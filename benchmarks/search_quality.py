@@ -10,7 +10,7 @@ a. the exhaustive grid (``search="grid"``, no confirmation round, ``--workers`` 
    still rises (an explicit list would be taken as the exact range; ``--adaptive-workers grid`` does
    that instead);
 b. a side-by-side re-measurement of the grid's fastest config, the grid's recommendation and the
-   adaptive search's recommendation, in the same trial machinery (``loadtune.runner.run_trial``),
+   adaptive search's recommendation, in the same trial machinery (``loadtune.engine.trial.harness.run_trial``),
    interleaved over several repeats in a shuffled order, each run with the scans' warm-up and block
    time and exactly ``--blocks`` blocks (pooled per config, so every repeat weighs the same): the
    adaptive pick's throughput relative to the grid's best (target >= 0.95), and the adaptive scan's
@@ -47,13 +47,14 @@ from pathlib import Path
 
 import loadtune  # before torch: it silences torch's warning about a missing numpy
 import torch
-from loadtune.measure import LoaderOptions, Timing
-from loadtune.plan import TrialConfig
-from loadtune.results import ScanResult, Trial, check_writable, write_atomic
-from loadtune.runner import TrialRequest, run_trial
-from loadtune.scan import DEFAULT_BATCH_SIZE, prepare
-from loadtune.spec import SpecRef
-from loadtune.stats import estimate
+from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import ScanResult, Trial, check_writable, write_atomic
+from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.engine.scan import DEFAULT_BATCH_SIZE, prepare
+from loadtune.engine.spec import SpecRef
+from loadtune.model.estimate import estimate
 
 HERE = Path(__file__).resolve().parent
 ARCHETYPE_DIR = HERE / "archetypes"

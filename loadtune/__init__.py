@@ -7,10 +7,10 @@ __version__ = "0.1.0"
 # torch warns at import when numpy is absent; loadtune never needs numpy, so the warning is noise.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
-from .plan import TrialConfig  # noqa: E402
-from .prefetch import CUDAPrefetcher  # noqa: E402
-from .results import ScanResult, Trial  # noqa: E402
-from .scan import ScanOptions, scan  # noqa: E402
-from .spec import SpecError, load_spec  # noqa: E402
+from loadtune.model.config import TrialConfig  # noqa: E402
+from loadtune.engine.trial.prefetch import CUDAPrefetcher  # noqa: E402
+from loadtune.model.results import ScanResult, Trial  # noqa: E402
+from loadtune.engine.scan import ScanOptions, scan  # noqa: E402
+from loadtune.engine.spec import SpecError, load_spec  # noqa: E402
 
 __all__ = ["CUDAPrefetcher", "ScanOptions", "ScanResult", "SpecError", "Trial", "TrialConfig", "load_spec", "scan", "__version__"]

@@ -8,13 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from loadtune import machine
-from loadtune.bound import (
-    COLLATION, COPY, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, BatchCosts, compute_bound, pick_fraction,
-)
-from loadtune.plan import TrialConfig
-from loadtune.recommend import recommend
-from loadtune.results import Block, MemoryUsage, ScanResult, SpecInfo, StageCost, StageCosts, Trial
+from loadtune.engine import machine as machine
+from loadtune.analysis.bound import COLLATION, COPY, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, BatchCosts, compute_bound, pick_fraction
+from loadtune.model.config import TrialConfig
+from loadtune.analysis.recommend import recommend
+from loadtune.model.results import Block, MemoryUsage, ScanResult, SpecInfo, StageCost, StageCosts, Trial
 
 MS = 1e-3
 
@@ -191,7 +189,7 @@ def test_the_bound_of_a_scan_takes_its_interval_from_the_costs_spread():
 def test_the_panel_names_ties_and_reads_the_pick_against_the_bounds_spread():
     from rich.console import Console
 
-    from loadtune.report import bound_text
+    from loadtune.report.scan import bound_text
 
     def panel(stages: StageCosts) -> str:
         console = Console(width=400, record=True)

@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from loadtune.check import PASS, REGRESSION, judge, parse_tolerance
+from loadtune.model.check import PASS, REGRESSION
+
+from loadtune.analysis.verdict import judge
+
+from loadtune.engine.check import parse_tolerance
 
 SPECS = Path(__file__).parent / "specs"
 SLOWABLE = SPECS / "slowable.py"
@@ -135,8 +139,8 @@ def test_noisy_baseline_does_not_divide_by_zero():
 
 
 def test_explicit_config_is_normalised(baseline):
-    from loadtune.check import explicit_config
-    from loadtune.results import ScanResult
+    from loadtune.engine.check import explicit_config
+    from loadtune.model.results import ScanResult
 
     saved = ScanResult.load(baseline)
     assert explicit_config(saved, workers=None, batch_size=None, prefetch=None, pin=None, persistent=None) is None

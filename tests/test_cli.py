@@ -10,7 +10,7 @@ import pytest
 from conftest import first_trial_saved, interrupt_when
 
 import loadtune
-from loadtune.results import ScanResult
+from loadtune.model.results import ScanResult
 
 SPECS = Path(__file__).parent / "specs"
 QUICK = ["--warmup", "0.2", "--block-time", "0.1", "--blocks", "3", "--timeout", "30"]
@@ -186,7 +186,7 @@ def show(*args):
     """``loadtune show`` in this process (it measures nothing, so no isolation is needed)."""
     from typer.testing import CliRunner
 
-    from loadtune.cli import app
+    from loadtune.cli.app import app
 
     return CliRunner().invoke(app, ["show", *map(str, args)], env={"COLUMNS": "100"})
 

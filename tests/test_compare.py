@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from loadtune.compare import (
-    FASTER, ONLY_A, ONLY_B, SAME, SLOWER, UNMEASURED, compare, diff_config, judge, pair_configs, select_diffs,
-)
-from loadtune.plan import TrialConfig
-from loadtune.report import print_comparison, rate
-from loadtune.results import Block, ConfigResult, ScanResult, Trial, TrialError
-from loadtune.stats import estimate
-from loadtune.view import Filters, ViewError
+from loadtune.analysis.compare import FASTER, ONLY_A, ONLY_B, SAME, SLOWER, UNMEASURED, compare, diff_config, judge, pair_configs, select_diffs
+from loadtune.model.config import TrialConfig
+from loadtune.report.compare import print_comparison
+from loadtune.report.text import rate
+from loadtune.model.results import Block, ConfigResult, ScanResult, Trial, TrialError
+from loadtune.model.estimate import estimate
+from loadtune.analysis.view import Filters, ViewError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -5,14 +5,16 @@ import pytest
 import torch
 from rich.console import Console
 
-from loadtune import gpu, probe
-from loadtune.copyrate import copy_notes, copy_share, image_tensor
-from loadtune.machine import collect
-from loadtune.plan import TrialConfig
-from loadtune.recommend import recommend
-from loadtune.report import print_report
-from loadtune.results import Block, GPUUsage, MemoryUsage, ScanResult, SpecInfo, Trial
-from loadtune.transfer import BatchInfo
+from loadtune.engine.trial import gpu as gpu
+
+from loadtune.engine import probe as probe
+from loadtune.analysis.copyrate import copy_notes, copy_share, image_tensor
+from loadtune.engine.machine import collect
+from loadtune.model.config import TrialConfig
+from loadtune.analysis.recommend import recommend
+from loadtune.report.scan import print_report
+from loadtune.model.results import Block, GPUUsage, MemoryUsage, ScanResult, SpecInfo, Trial
+from loadtune.model.batch import BatchInfo
 
 IMAGES = BatchInfo(64 * 3 * 224 * 224 * 4 + 64 * 8, [("float32", [64, 3, 224, 224]), ("int64", [64])])
 BATCH_BYTES = IMAGES.nbytes

@@ -9,9 +9,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import loadtune
-from loadtune import doctor
-from loadtune.prefetch import CUDAPrefetcher
-from loadtune.workload import calibrate
+from loadtune.engine import doctor as doctor
+from loadtune.engine.trial.prefetch import CUDAPrefetcher
+from loadtune.engine.trial.workload import calibrate
 
 pytestmark = pytest.mark.cuda
 SPECS = Path(__file__).parent / "specs"

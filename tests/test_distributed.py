@@ -13,14 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from loadtune import distributed
-from loadtune.distributed import RankSetup, adopt_launcher, gather_nodes, launcher_env, node_json_path
-from loadtune.measure import LoaderOptions, Timing
-from loadtune.plan import TrialConfig
-from loadtune.recommend import recommend, snippet
-from loadtune.results import Block, RankFigures, ScanResult, Trial
-from loadtune.runner import TrialRequest, run_trial
-from loadtune.spec import SpecRef
+from loadtune.engine.distributed import layout as distributed
+from loadtune.engine.distributed.agent import free_port
+from loadtune.engine.distributed.layout import RankSetup, adopt_launcher, gather_nodes, launcher_env, node_json_path
+from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.model.config import TrialConfig
+from loadtune.analysis.recommend import recommend, snippet
+from loadtune.model.results import Block, RankFigures, ScanResult, Trial
+from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.engine.spec import SpecRef
 
 from conftest import live_group_members
 
@@ -130,8 +132,8 @@ def test_scan_with_ranks_searches_per_rank_and_goes_on_after_a_failing_config(ra
 def test_default_worker_grid_shares_the_cores_between_ranks(ranked, monkeypatch):
     from dataclasses import replace
 
-    from loadtune import machine
-    from loadtune.scan import prepare
+    from loadtune.engine import machine as machine
+    from loadtune.engine.scan import prepare
 
     real = machine.collect
     monkeypatch.setattr(machine, "collect", lambda: replace(real(), usable_cores=8))
@@ -148,7 +150,7 @@ def test_default_worker_grid_shares_the_cores_between_ranks(ranked, monkeypatch)
     ({"nproc_per_node": 2, "device": "cuda:1"}, "each rank uses the GPU of its local rank"),
 ])
 def test_impossible_layouts_are_refused_before_any_work(ranked, options, words):
-    from loadtune.scan import OptionsError, prepare
+    from loadtune.engine.scan import OptionsError, prepare
 
     with pytest.raises(OptionsError, match=words):
         prepare(str(ranked / "ranked.py"), **options)
@@ -212,7 +214,7 @@ def test_under_torchrun_local_rank_0_scans_and_the_others_stand_aside():
 
 
 def test_nodes_meet_at_the_endpoint_and_node_0_gets_every_summary():
-    endpoint = f"127.0.0.1:{distributed.free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     got = {}
     node1 = threading.Thread(target=lambda: got.setdefault(1, gather_nodes(endpoint, 2, 1, {"node_rank": 1}, timeout_s=30)))
     node1.start()
@@ -229,7 +231,7 @@ def test_torchrun_runs_the_scan_once_with_its_ranks_and_check_measures_its_basel
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
          "--log-dir", tmp_path / "torchrun",  # torchrun's own files: not left in /tmp
-         "--rdzv-endpoint", f"127.0.0.1:{distributed.free_port()}", "-m", "loadtune", "scan", ranked / "ranked.py",
+         "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "loadtune", "scan", ranked / "ranked.py",
          "--workers", "0", "--batch-size", "8", "--no-shuffle", "--warmup", "0.1", "--block-time", "0.1", "--blocks", "3",
          "--timeout", "40", "--confirm", "0", "--json", out],
         capture_output=True, text=True, env=env, timeout=240,

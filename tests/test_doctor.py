@@ -7,8 +7,10 @@ import types
 import pytest
 import torch
 
-from loadtune import doctor, nvml
-from loadtune.doctor import PCIE_LANE_GBPS, link_gbps
+from loadtune.engine import doctor as doctor
+
+from loadtune.engine.trial import nvml as nvml
+from loadtune.engine.doctor import PCIE_LANE_GBPS, link_gbps
 
 from test_cli import run_cli
 

@@ -8,10 +8,11 @@ import sys
 import time
 from pathlib import Path
 
-from loadtune.measure import LoaderOptions, Timing
-from loadtune.plan import TrialConfig
-from loadtune.runner import TrialRequest, run_trial
-from loadtune.spec import SpecRef
+from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.model.config import TrialConfig
+from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.engine.spec import SpecRef
 from conftest import first_trial_saved, interrupt_when
 
 SPECS = Path(__file__).parent / "specs"
@@ -154,7 +155,7 @@ def test_step_failure_is_not_blamed_on_the_dataset(tmp_path):
 def test_constant_iterable_data_is_not_called_unsharded():
     import torch
 
-    from loadtune.faults import DuplicateDetector
+    from loadtune.engine.trial.faults import DuplicateDetector
 
     constant = DuplicateDetector(2)
     for _ in range(4):
@@ -168,7 +169,7 @@ def test_constant_iterable_data_is_not_called_unsharded():
 
 def test_resume_drops_the_rows_that_said_where_the_last_run_stopped(tmp_path):
     import loadtune
-    from loadtune.scan import prepare, resume_from
+    from loadtune.engine.scan import prepare, resume_from
 
     out = tmp_path / "budget.json"
     opts = dict(workers=[0, 1], prefetch=[2], persistent=False, warmup=0.2, block_time=0.1, blocks=3)

@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtune.footprint import (
-    copy_on_write, growth, over_limit, parse_size, pinned_estimate,
-)
-from loadtune.plan import TrialConfig
-from loadtune.recommend import recommend
-from loadtune.results import Block, MemoryUsage, Trial, by_config
+from loadtune.analysis.footprint import copy_on_write, growth, over_limit, parse_size, pinned_estimate
+from loadtune.model.config import TrialConfig
+from loadtune.analysis.recommend import recommend
+from loadtune.model.results import Block, MemoryUsage, Trial, by_config
 
 MiB = 2**20
 SPECS = Path(__file__).parent / "specs"

@@ -8,16 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from loadtune import machine
-from loadtune.machine import (
-    MachineInfo,
-    cgroup_cpu_limit,
-    cgroup_v2_dirs,
-    collect,
-    parse_cfs,
-    parse_cpu_max,
-    usable_cores,
-)
+from loadtune.engine import machine as machine
+from loadtune.model.machine import GPUInfo
+from loadtune.model.machine import MachineInfo
+from loadtune.engine.machine import cgroup_cpu_limit, cgroup_v2_dirs, collect, parse_cfs, parse_cpu_max, usable_cores
 
 # ---------------------------------------------------------------- parsers
 
@@ -187,7 +181,7 @@ def test_collect_sane():
 
 def test_machine_info_dict_round_trip():
     info = collect()
-    info.gpus = [machine.GPUInfo(index=0, name="Fake GPU", memory_bytes=80 * 2**30)]
+    info.gpus = [GPUInfo(index=0, name="Fake GPU", memory_bytes=80 * 2**30)]
     again = MachineInfo.from_dict(info.to_dict())
     assert again == info
     assert again.has_accelerator

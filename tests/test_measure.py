@@ -5,10 +5,9 @@ from pathlib import Path
 
 import torch
 
-from loadtune.measure import (Drained, LoaderOptions, Meter, SampleCounter, Timing, make_consumer, make_loader, measure,
-                              ready_batches)
-from loadtune.plan import TrialConfig
-from loadtune.spec import from_objects, load_spec
+from loadtune.engine.trial.measure import Drained, LoaderOptions, Meter, SampleCounter, Timing, make_consumer, make_loader, measure, ready_batches
+from loadtune.model.config import TrialConfig
+from loadtune.engine.spec import from_objects, load_spec
 
 SPECS = Path(__file__).parent / "specs"
 

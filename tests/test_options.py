@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from loadtune import machine
-from loadtune.plan import default_workers
-from loadtune.recommend import NOISE_FLOOR
-from loadtune.scan import DEFAULT_BATCH_SIZE, OptionsError, ScanOptions, prepare, resolve_options
-from loadtune.spec import SpecError
+from loadtune.engine import machine as machine
+from loadtune.search.space import default_workers
+from loadtune.analysis.recommend import NOISE_FLOOR
+from loadtune.engine.scan import DEFAULT_BATCH_SIZE, OptionsError, ScanOptions, prepare, resolve_options
+from loadtune.engine.spec import SpecError
 
 # ---------------------------------------------------------------- resolve_options
 
@@ -230,8 +230,8 @@ def test_prepare_bad_spec_raises_spec_error(tmp_path):
 
 
 def test_device_always_has_an_index():
-    from loadtune.machine import GPUInfo
-    from loadtune.scan import pick_device
+    from loadtune.model.machine import GPUInfo
+    from loadtune.engine.scan import pick_device
 
     cpu_only = machine.collect()
     cpu_only.gpus = []

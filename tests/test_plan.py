@@ -8,16 +8,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from loadtune.plan import (
-    DEFAULT_PREFETCH,
-    PlanError,
-    SearchSpace,
-    TrialConfig,
-    build_grid,
-    default_workers,
-    parse_int_list,
-    reference_configs,
-)
+from loadtune.model.config import DEFAULT_PREFETCH, PlanError, TrialConfig, parse_int_list
+
+from loadtune.search.space import SearchSpace, build_grid, default_workers, reference_configs
 
 
 class Tiny(Dataset):
@@ -265,7 +258,7 @@ def test_is_pytorch_default():
 
 
 def test_with_knobs_keeps_configs_valid():
-    from loadtune.plan import TrialConfig
+    from loadtune.model.config import TrialConfig
 
     pinned = TrialConfig(64, 4, True, 2, True, "non_blocking", False, "spawn")
     unpinned = pinned.with_knobs(pin_memory=False)

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from loadtune import plot as plot_mod
-from loadtune.cli import app
-from loadtune.plot import DPI, FIGSIZE, INSTALL_HINT, PlotError, bound_of, plot_data, plot_format, write_plot
-from loadtune.recommend import recommend
-from loadtune.results import ScanResult
+from loadtune.report import plot as plot_mod
+from loadtune.cli.app import app
+from loadtune.report.plot import DPI, FIGSIZE, INSTALL_HINT, PlotError, bound_of, plot_data, plot_format, write_plot
+from loadtune.analysis.recommend import recommend
+from loadtune.model.results import ScanResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SPECS = Path(__file__).parent / "specs"
@@ -113,7 +113,7 @@ def test_without_matplotlib_the_message_says_how_to_install(no_matplotlib, resul
 def test_scan_without_matplotlib_exits_2_before_measuring(no_matplotlib, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     calls = []
-    monkeypatch.setattr("loadtune.cli.prepare", lambda *a, **k: calls.append(a))  # would start the work
+    monkeypatch.setattr("loadtune.cli.app.prepare", lambda *a, **k: calls.append(a))  # would start the work
     out = CliRunner().invoke(app, ["scan", str(SPECS / "tiny.py"), "--plot", "p.png", "--json", "r.json"])
     assert out.exit_code == 2
     assert "pip install 'loadtune[plot]'" in out.stderr

@@ -7,13 +7,13 @@ import warnings
 
 import pytest
 
-from loadtune.stats import estimate
+from loadtune.model.estimate import estimate
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler
 
-from loadtune.plan import TrialConfig
-from loadtune.recommend import MEMORY_GRAIN, baseline_for, cost, persistent_saving, recommend, snippet
-from loadtune.results import Block, MemoryUsage, Trial, TrialError, by_config
+from loadtune.model.config import TrialConfig
+from loadtune.analysis.recommend import MEMORY_GRAIN, baseline_for, cost, persistent_saving, recommend, snippet
+from loadtune.model.results import Block, MemoryUsage, Trial, TrialError, by_config
 
 MiB = 2**20
 

@@ -7,22 +7,10 @@ import os
 
 import pytest
 
-from loadtune import machine
-from loadtune.plan import Skip, TrialConfig
-from loadtune.recommend import recommend
-from loadtune.results import (
-    SCHEMA,
-    SCHEMA_VERSION,
-    Block,
-    MemoryUsage,
-    Recommendation,
-    ResultError,
-    ScanResult,
-    SpecInfo,
-    Trial,
-    TrialError,
-    check_writable,
-)
+from loadtune.engine import machine as machine
+from loadtune.model.config import Skip, TrialConfig
+from loadtune.analysis.recommend import recommend
+from loadtune.model.results import SCHEMA, SCHEMA_VERSION, Block, MemoryUsage, Recommendation, ResultError, ScanResult, SpecInfo, Trial, TrialError, check_writable
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from loadtune.measure import LoaderOptions, Timing
-from loadtune.plan import TrialConfig
-from loadtune.runner import TrialRequest, run_trial
-from loadtune.spec import SpecRef
+from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.model.config import TrialConfig
+from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.engine.spec import SpecRef
 
 from conftest import live_group_members
 
@@ -89,7 +90,7 @@ def test_user_prints_stay_out_of_our_output(capfd, tmp_path, workers):
 
 
 def test_trial_counts_the_cpu_of_its_workers_over_the_timed_blocks():
-    from loadtune.results import ConfigResult
+    from loadtune.model.results import ConfigResult
 
     timing = Timing(warmup_s=0.2, block_s=0.2, blocks=3, max_s=20)
     config = TrialConfig(batch_size=16, num_workers=2, prefetch_factor=2, persistent_workers=True)
@@ -116,7 +117,7 @@ def test_ctrl_c_while_a_trial_starts_is_held_until_it_has_started():
     import os
     import signal
 
-    from loadtune.runner import sigint_held
+    from loadtune.engine.trial.harness import sigint_held
 
     reached = []
     with pytest.raises(KeyboardInterrupt):

@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 import loadtune
-import loadtune.recommend
-from loadtune.machine import collect
-from loadtune.plan import SearchSpace, TrialConfig, build_grid
-from loadtune.results import Block, MemoryUsage, ScanResult, SpecInfo, Trial
-from loadtune.search import AdaptiveSearch, GridSearch
+import loadtune.analysis.recommend
+from loadtune.engine.machine import collect
+from loadtune.search.space import SearchSpace, build_grid
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import Block, MemoryUsage, ScanResult, SpecInfo, Trial
+from loadtune.search.adaptive import AdaptiveSearch
+from loadtune.search.grid import GridSearch
 
 SPECS = Path(__file__).parent / "specs"
 MACHINE = collect()
@@ -74,7 +76,7 @@ def test_w1_no_faster_than_w0_does_not_end_the_sweep():
     rate = {0: 500, 1: 470, 2: 490, 4: 900, 8: 910, 16: 905}
     result = drive(adaptive(workers=(0, 1, 2, 4, 8, 16)), lambda c: rate[c.num_workers])
     assert 4 in swept_workers(result)
-    assert loadtune.recommend.recommend(result.trials).config.num_workers == 4
+    assert loadtune.analysis.recommend.recommend(result.trials).config.num_workers == 4
 
 
 def test_zero_workers_winning_stops_the_sweep_early():
@@ -83,14 +85,14 @@ def test_zero_workers_winning_stops_the_sweep_early():
     # num_workers=0 is another regime, not a step of the worker curve: the sweep judges 1, 2, 4 against
     # each other, and two counts without a gain (2 and 4) end it: 8 never runs
     assert swept_workers(result) == [0, 1, 2, 4]
-    rec = loadtune.recommend.recommend(result.trials)
+    rec = loadtune.analysis.recommend.recommend(result.trials)
     assert rec.config.num_workers == 0
 
 
 def test_non_monotone_curve_finds_the_peak():
     peak = {0: 1000, 1: 1900, 2: 3000, 4: 2500, 8: 2000, 16: 1500}
     result = drive(adaptive(workers=(0, 1, 2, 4, 8, 16)), lambda c: peak[c.num_workers])
-    rec = loadtune.recommend.recommend(result.trials)
+    rec = loadtune.analysis.recommend.recommend(result.trials)
     assert rec.config.num_workers == 2
     assert swept_workers(result) == [0, 1, 2, 4, 8]  # two counts past the peak, then it stops
 
@@ -117,9 +119,9 @@ def test_restarting_workers_is_not_tried_again_once_it_clearly_lost():
     result = drive(adaptive(batch_sizes=(32, 64)), rate, epochs=2)
     restarting = [t.config for t in result.trials if t.config.num_workers and not t.config.persistent_workers]
     assert len(restarting) == 1  # measured once, beside the first leader, and clearly slower
-    pick = loadtune.recommend.recommend(result.trials).config
+    pick = loadtune.analysis.recommend.recommend(result.trials).config
     assert pick.persistent_workers and pick.batch_size == 64
-    saving = loadtune.recommend.persistent_saving(result.configs, pick, 1000)
+    saving = loadtune.analysis.recommend.persistent_saving(result.configs, pick, 1000)
     assert saving is None or saving.seconds > 0  # from the pair measured, when it shares the pick's workers and batch size
     # where restarting ties (long epochs next to start-up), the toggle is tried around each leader
     even = drive(adaptive(batch_sizes=(32, 64)), lambda c: rate(replace(c, persistent_workers=True)), epochs=2)
@@ -137,7 +139,7 @@ def test_confirmation_remeasures_contenders_side_by_side():
 
 
 def test_a_pick_tied_only_by_wide_intervals_is_measured_again_beside_the_fastest():
-    from loadtune.search import SETTLE_ROUNDS
+    from loadtune.search.confirmation import SETTLE_ROUNDS
 
     # 2 workers are 8% slower than 4; blocks spread ±30%, so one side-by-side round leaves them tied
     rate = {0: 1000, 1: 1800, 2: 2760, 4: 3000}
@@ -181,7 +183,7 @@ def test_adaptive_reaches_the_grids_best_with_fewer_trials(name, rate):
     grid = drive(GridSearch(configs, 0.02, 0), rate)
     fast = drive(AdaptiveSearch(space, False, [TrialConfig(32, 0)], 0.02, 16, 64 * 2**30, 0), rate, epochs=1)
     best = max(rate(c) for c in configs)
-    pick = loadtune.recommend.recommend(fast.trials).config
+    pick = loadtune.analysis.recommend.recommend(fast.trials).config
     assert rate(pick) >= 0.95 * best
     assert len(fast.trials) <= len(grid.trials) / 2
 
@@ -199,8 +201,8 @@ def test_default_search_runs_fewer_trials_than_the_grid_and_keeps_its_budget(tmp
 
 
 def test_confirmation_never_reproposes_a_skipped_config():
-    from loadtune.plan import Skip
-    from loadtune.search import confirmation
+    from loadtune.model.config import Skip
+    from loadtune.search.confirmation import confirmation
 
     rate = {0: 1000, 1: 1800, 2: 3000, 4: 3010}
     result = drive(adaptive(workers=(0, 1, 2, 4), prefetch=(2,), persistent=True, max_workers=4), lambda c: rate[c.num_workers])
@@ -223,7 +225,7 @@ def test_other_batch_sizes_start_at_the_best_counts_and_a_leading_one_gets_its_n
     assert {2, 4, 8}.issubset(by_batch[128])  # it led: the counts either side were measured too
     full_grid = len(build_grid(strategy.space, accelerator=False)[0])
     assert len(search) < full_grid / 2
-    assert loadtune.recommend.recommend(result.trials).config.batch_size == 128
+    assert loadtune.analysis.recommend.recommend(result.trials).config.batch_size == 128
 
 
 def test_notes_say_why_the_sweep_stopped():
@@ -255,7 +257,7 @@ def test_a_pick_the_confirmation_made_is_itself_confirmed():
     # round re-measures the 4-worker pair at ~1100 (the machine drifted), the pooled intervals
     # widen, and 2 workers becomes the cheapest config tied with the fastest: the pick. It is
     # re-measured before it is recommended.
-    from loadtune.search import confirmation
+    from loadtune.search.confirmation import confirmation
 
     def run(config, rates, round_=0):
         t = Trial(config, "ok", startup_s=0.05, blocks=[Block(int(r), 10, 1.0) for r in rates],
@@ -271,7 +273,7 @@ def test_a_pick_the_confirmation_made_is_itself_confirmed():
     first = confirmation(result, 1, 0.02, 0)
     assert {p.config for p in first} == {w4a, w4b}  # 2 workers is not a contender yet
     result.trials += [run(w4a, [1100, 1050, 1150, 1090, 1110], 1), run(w4b, [1080, 1040, 1120, 1070, 1090], 1)]
-    assert loadtune.recommend.recommend(result.trials).config == w2  # the pooled rounds made it the pick
+    assert loadtune.analysis.recommend.recommend(result.trials).config == w2  # the pooled rounds made it the pick
     assert [(p.config, p.round) for p in confirmation(result, 1, 0.02, 0)] == [(w2, 1)]
     result.trials.append(run(w2, [880, 900, 920, 890, 910], 1))
     assert confirmation(result, 1, 0.02, 0) == []  # confirmed: done, whatever the pick is now

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from loadtune.spec import LoadedSpec, SpecError, SpecRef, from_objects, load_spec, module_name_for
+from loadtune.engine.spec import LoadedSpec, SpecError, SpecRef, from_objects, load_spec, module_name_for
 
 _counter = itertools.count()
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
-from loadtune.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, BatchCosts, compute_bound
-from loadtune.footprint import GROWTH_NOISE, copy_on_write, trial_growth
-from loadtune.measure import LoaderOptions, Timing
-from loadtune.plan import TrialConfig
-from loadtune.results import by_config
-from loadtune.runner import TrialRequest, run_trial
-from loadtune.spec import SpecRef
-from loadtune.stages import run_profile
+from loadtune.analysis.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, BatchCosts, compute_bound
+from loadtune.analysis.footprint import GROWTH_NOISE, copy_on_write, trial_growth
+from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import by_config
+from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.engine.spec import SpecRef
+from loadtune.engine.stages import run_profile
 
 SPECS = Path(__file__).parent / "specs"
 QUICK = Timing(warmup_s=0.1, block_s=0.1, blocks=3, max_s=30)

@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from loadtune.stats import Estimate, estimate, indistinguishable, median_halfwidth, ratio
+from loadtune.model.estimate import Estimate, estimate, median_halfwidth
+
+from loadtune.analysis.stats import indistinguishable, ratio
 
 
 def est(median: float, low: float, high: float) -> Estimate:

@@ -7,11 +7,14 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import loadtune
-from loadtune.plan import PlanError, SearchSpace, TrialConfig, build_grid, transfers_for
-from loadtune.prefetch import CUDAPrefetcher
-from loadtune.recommend import cost, snippet
-from loadtune.search import AdaptiveSearch
-from loadtune.transfer import BatchInfo, move_to, nbytes_of, tensors_of
+from loadtune.model.config import PlanError, TrialConfig, transfers_for
+from loadtune.search.space import SearchSpace, build_grid
+from loadtune.engine.trial.prefetch import CUDAPrefetcher
+from loadtune.analysis.recommend import cost, snippet
+from loadtune.search.adaptive import AdaptiveSearch
+from loadtune.model.batch import BatchInfo
+from loadtune.engine.trial.transfer import batch_info
+from loadtune.engine.trial.transfer import move_to, nbytes_of, tensors_of
 
 from test_search import drive
 
@@ -79,7 +82,7 @@ def test_adaptive_search_on_cuda_tries_stream_and_never_unpinned_non_blocking():
     assert any(c.transfer == "stream" for c in seen)
     assert not any(c.transfer == "non_blocking" and not c.pin_memory for c in seen)
     assert not any(c.transfer == "none" for c in seen)
-    assert result.trials and loadtune.recommend.recommend(result.trials).config.transfer == "stream"
+    assert result.trials and loadtune.analysis.recommend.recommend(result.trials).config.transfer == "stream"
 
 
 def test_cheaper_strategy_wins_a_tie_and_snippet_says_how():
@@ -91,7 +94,7 @@ def test_cheaper_strategy_wins_a_tie_and_snippet_says_how():
 
 
 def _ok(config):
-    from loadtune.results import Block, MemoryUsage, Trial
+    from loadtune.model.results import Block, MemoryUsage, Trial
 
     return Trial(config, "ok", blocks=[Block(10, 1, 1.0)], memory=MemoryUsage(1, 1, "pss"))
 
@@ -114,7 +117,7 @@ def test_bytes_and_shapes_of_a_batch():
     batch = nested_batch()
     assert len(list(tensors_of(batch))) == 4
     assert nbytes_of(batch) == 6 * 4 + 2 * 8 + 2 * 1 + 4 * 8
-    info = BatchInfo.of(batch)
+    info = batch_info(batch)
     assert info.nbytes == nbytes_of(batch)
     assert info.tensors[0] == ("float32", [2, 3])
     assert BatchInfo.from_dict({"nbytes": info.nbytes, "tensors": [list(t) for t in info.tensors]}) == info
@@ -153,9 +156,9 @@ def test_prefetcher_default_device_follows_the_machine():
 
 
 def test_in_memory_datasets_are_not_forked_for_a_cuda_device():
-    from loadtune.runner import context_for
-    from loadtune.scan import OptionsError, check_picklable
-    from loadtune.spec import from_objects
+    from loadtune.engine.trial.harness import context_for
+    from loadtune.engine.scan import OptionsError, check_picklable
+    from loadtune.engine.spec import from_objects
 
     spec = from_objects(TensorDataset(torch.zeros(4, 2)))
     assert context_for(spec, "cpu").get_start_method() == "fork"

@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from loadtune.plan import Skip
-from loadtune.recommend import recommend
-from loadtune.report import STATUS_STYLES, print_recommendation, print_report, spread_text, status_cell, trial_table
-from loadtune.results import ScanResult, Trial, TrialError
-from loadtune.view import Filters, ViewError, key_knobs, parse_statuses, rows, select
+from loadtune.model.config import Skip
+from loadtune.analysis.recommend import recommend
+from loadtune.report.text import STATUS_STYLES, spread_text, status_cell
+from loadtune.report.scan import print_recommendation, print_report, trial_table
+from loadtune.model.results import ScanResult, Trial, TrialError
+from loadtune.analysis.view import Filters, ViewError, key_knobs, parse_statuses, rows, select
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -151,8 +152,8 @@ def test_quiet_output_is_the_recommendation_without_the_table(result):
 
 
 def test_filters_from_command_line_text():
-    from loadtune.plan import PlanError
-    from loadtune.view import filters_from
+    from loadtune.model.config import PlanError
+    from loadtune.analysis.view import filters_from
 
     f = filters_from("32,64", "2", False, "ok,failed")
     assert f == Filters(frozenset({32, 64}), frozenset({2}), False, frozenset({"ok", "failed"}))

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from loadtune.measure import LoaderOptions, Timing, measure
-from loadtune.plan import TrialConfig
-from loadtune.results import Block, ScanResult
-from loadtune.scan import OptionsError, prepare
-from loadtune.spec import from_objects
-from loadtune.workload import StepWorkload, WorkloadError, calibrate, check_step_ms
+from loadtune.engine.trial.measure import LoaderOptions, Timing, measure
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import Block, ScanResult
+from loadtune.engine.scan import OptionsError, prepare
+from loadtune.engine.spec import from_objects
+from loadtune.engine.trial.workload import StepWorkload, WorkloadError, calibrate, check_step_ms
 
 from test_cli import run_cli
 

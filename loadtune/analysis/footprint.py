@@ -1,0 +1,127 @@
+"""What a config costs in host memory (SPEC §5), as pure functions of what the trials sampled.
+
+``memory.py`` samples the trial's process tree from outside (PSS: shared pages split between their
+sharers). Here: the growth during a trial, measured from the sample taken when the workers were up;
+copy-on-write growth, which workers cause when they touch Python objects the dataset holds (every
+read writes a reference count, so the page holding the object gets copied into that worker); the
+/dev/shm segments of batches in flight; an estimate of pinned memory; and the ``--max-memory`` limit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
+from loadtune.model.results import ConfigResult, MemoryUsage, ScanResult, Trial
+
+MiB = 2**20
+GROWTH_NOISE = 16 * MiB  # growth below this is the sampling's and the allocator's noise, not a trend
+COW_PER_WORKER = 8 * MiB  # growth per worker beyond the in-process loader's that is called copy-on-write
+UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_size(text: str | int | float) -> int:
+    """``"8G"``, ``"512M"``, ``"1.5GiB"``, ``"2048"`` (bytes) -> bytes. Binary units: G is GiB."""
+    if isinstance(text, bool):
+        raise ValueError(f"expected a size like 8G or 512M, got {text!r}")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", str(text), re.IGNORECASE)
+        if not match:
+            raise ValueError(f"expected a size like 8G, 512M or 1.5GiB, got {text!r}")
+        value = float(match.group(1)) * UNITS[match.group(2).lower()]
+    if value <= 0:
+        raise ValueError(f"a memory limit must be more than 0, got {text!r}")
+    return int(value)
+
+
+def size_text(n: int | float) -> str:
+    """``1.3 GiB``, ``412 MiB``: for sentences (the table has its own compact form)."""
+    if n >= 2**30:
+        return f"{n / 2**30:.1f} GiB"
+    return f"{n / MiB:.0f} MiB"
+
+
+@dataclass(frozen=True)
+class Growth:
+    """Memory gained from the sample taken when the workers were up to the highest after it."""
+
+    bytes: int
+    seconds: float
+    workers: int
+
+    @property
+    def per_worker(self) -> float:
+        return self.bytes / self.workers if self.workers else float(self.bytes)
+
+
+def growth(memory: MemoryUsage | None, workers: int) -> Growth | None:
+    """None without at least one sample after the workers were up."""
+    if memory is None or len(memory.samples) < 2:
+        return None
+    start = memory.startup_index if memory.startup_index is not None else 0
+    if start >= len(memory.samples) - 1:
+        return None
+    t0, base = memory.samples[start]
+    t1, top = max(memory.samples[start + 1:], key=lambda s: s[1])
+    return Growth(max(0, top - base), t1 - t0, workers)
+
+
+def trial_growth(trial: Trial) -> Growth | None:
+    return growth(trial.memory, trial.config.num_workers)
+
+
+def config_growth(config: ConfigResult) -> Growth | None:
+    """The largest growth of a config's runs (each run starts its workers afresh)."""
+    grown = [g for t in config.trials if t.ok and (g := trial_growth(t)) is not None]
+    return max(grown, key=lambda g: g.bytes) if grown else None
+
+
+def copy_on_write(configs: list[ConfigResult]) -> str | None:
+    """A note when memory grew with the workers beyond the in-process loader's growth: workers copying
+    the pages of Python objects they touch. None when nothing grew beyond the noise."""
+    in_process = [g.bytes for c in configs if c.ok and not c.config.num_workers and (g := config_growth(c))]
+    reference = max(in_process, default=0)
+    suspects = []
+    for c in configs:
+        g = config_growth(c) if c.ok and c.config.num_workers else None
+        if g is None:
+            continue
+        excess = g.bytes - reference
+        if excess >= GROWTH_NOISE and excess / c.config.num_workers >= COW_PER_WORKER:
+            suspects.append((excess / c.config.num_workers, c, g))
+    if not suspects:
+        return None
+    per_worker, worst, g = max(suspects, key=lambda s: (s[1].config.num_workers, s[0]))
+    return (
+        f"memory grew during the trials with workers: {worst.config.label()} gained {size_text(g.bytes)} in "
+        f"{g.seconds:.1f} s, about {size_text(per_worker)} per worker beyond the in-process loader's growth. "
+        "That is copy-on-write: each worker starts sharing the dataset's pages with the main process, and "
+        "copies every page holding a Python object it touches (reading an object writes its reference count). "
+        "Over a long epoch every worker ends up with its own copy. Hold the data in numpy arrays or torch "
+        "tensors (one object each, whose pages stay shared), or in shared arrays, rather than in lists or "
+        "dicts of Python objects"
+    )
+
+
+def pinned_estimate(config: TrialConfig, batch_bytes: int) -> int:
+    """Pinned host memory of a config, estimated: the batches in flight (prefetch x workers, plus the
+    one being consumed) times the bytes of a batch. An estimate: the pinning allocator caches blocks."""
+    if not config.pin_memory or batch_bytes <= 0:
+        return 0
+    in_flight = (config.prefetch_factor or DEFAULT_PREFETCH) * config.num_workers + 1 if config.num_workers else 1
+    return in_flight * batch_bytes
+
+
+def memory_limit(result: ScanResult) -> int | None:
+    """The scan's ``--max-memory`` in bytes, or None."""
+    return result.settings.get("options", {}).get("max_memory")
+
+
+def over_limit(configs: list[ConfigResult], limit: int | None) -> list[ConfigResult]:
+    """Configs whose measured peak exceeds ``limit`` (unmeasured memory is not excluded: unknown is not over)."""
+    if not limit:
+        return []
+    return [c for c in configs if c.memory is not None and c.memory.peak_bytes > limit]

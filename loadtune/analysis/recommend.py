@@ -1,0 +1,179 @@
+"""The recommendation (SPEC §6), as pure functions of measured trials.
+
+Not merely the top row: among the configs the measured noise cannot tell from the fastest (and
+that no other config clearly beats), the cheapest one wins (fewest workers, then least memory, then
+no pinning). Extra workers cost memory and cores that training needs too; a 1% "gain" inside the
+noise is not worth them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from loadtune.analysis.footprint import over_limit, size_text
+from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig, transfer_cost
+from loadtune.model.results import ConfigResult, Recommendation, ScanResult, Trial, by_config
+from loadtune.analysis.stats import indistinguishable, ratio
+
+NOISE_FLOOR = 0.02  # medians this close (relative) are treated as equal whatever the intervals say
+MEMORY_GRAIN = 16 * 2**20  # memory differences below this are noise of the sampling, not cost
+
+
+def noise_floor_of(result: ScanResult) -> float:
+    """The floor a saved scan was judged with (older files: the default)."""
+    return result.settings.get("options", {}).get("noise_floor", NOISE_FLOOR)
+
+
+def cost(trial: ConfigResult | Trial) -> tuple:
+    """Sort key, cheapest first: workers, memory, pinning, then the fewest departures from defaults."""
+    c = trial.config
+    memory = trial.memory.peak_bytes // MEMORY_GRAIN if trial.memory else float("inf")  # unknown is not cheap
+    return (
+        c.num_workers,
+        memory,
+        c.pin_memory,
+        (c.prefetch_factor or DEFAULT_PREFETCH) if c.num_workers else 0,
+        c.persistent_workers,
+        transfer_cost(c.transfer),  # plain .to(device), then non_blocking=True, then a prefetcher
+        not c.in_order,
+        c.start_method is not None,
+        c.batch_size,
+    )
+
+
+def baseline_for(configs: list[ConfigResult], batch_size: int) -> ConfigResult | None:
+    """PyTorch's defaults (no workers, no pinning) at this batch size, if measured."""
+    return next((c for c in configs if c.ok and c.config.batch_size == batch_size and c.config.is_pytorch_default), None)
+
+
+def contenders(configs: list[ConfigResult], noise_floor: float = NOISE_FLOOR) -> list[ConfigResult]:
+    """The configs that no measured config is clearly faster than, cheapest first: the fastest, and
+    every config the noise cannot tell from it unless another config beats it beyond the noise. A
+    fastest measured once and noisily (a heavy-tailed dataset's blocks can span ±45%) has an interval
+    wide enough to take in configs that tighter ones clearly beat; without that second test, such
+    an interval made ``num_workers=0`` at 55% of the others "tied", and so the cheapest pick."""
+    ok = [c for c in configs if c.ok]
+    if not ok:
+        return []
+    by_speed = sorted(ok, key=lambda c: c.estimate.median, reverse=True)
+
+    def beaten(c: ConfigResult) -> bool:
+        return any(not indistinguishable(d.estimate, c.estimate, noise_floor)
+                   for d in by_speed if d.estimate.median > c.estimate.median)
+
+    return sorted((c for c in ok if not beaten(c)), key=cost)
+
+
+def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory: int | None = None) -> Recommendation | None:
+    """Pool the runs of each config, then pick the cheapest of the contenders. Configs whose measured
+    peak memory exceeds ``max_memory`` (bytes) are left out of the choice, and listed."""
+    configs = by_config(trials)
+    excluded = over_limit(configs, max_memory)
+    tied = contenders([c for c in configs if c not in excluded], noise_floor)
+    if not tied:
+        return None
+    best = max(tied, key=lambda c: c.estimate.median)
+    pick = tied[0]
+    base = baseline_for(configs, pick.config.batch_size)
+    speed = ratio(pick.estimate, base.estimate) if base else None
+    return Recommendation(
+        config=pick.config,
+        best=best.config,
+        tied=[t.config for t in tied],
+        baseline=base.config if base else None,
+        speedup=speed.value if speed else None,
+        speedup_low=speed.low if speed else None,
+        speedup_high=speed.high if speed and math.isfinite(speed.high) else None,
+        reason=explain(pick, best, tied) + excluded_reason(excluded, max_memory),
+        excluded=[c.config for c in excluded],
+        max_memory=max_memory,
+    )
+
+
+def excluded_reason(excluded: list[ConfigResult], limit: int | None) -> str:
+    if not excluded:
+        return ""
+    n = len(excluded)
+    return f"; {n} config{'s' if n != 1 else ''} over the {size_text(limit)} memory limit left out"
+
+
+@dataclass(frozen=True)
+class PersistentSaving:
+    """Seconds per epoch that ``persistent_workers=True`` saves (0.0 inside the noise), and the
+    settings it was measured at: the pick's own, or its twin at the same workers and batch size."""
+
+    seconds: float
+    at: TrialConfig
+
+
+def persistent_saving(configs: list[ConfigResult], config: TrialConfig, epoch_samples: int | None,
+                      noise_floor: float = NOISE_FLOOR) -> PersistentSaving | None:
+    """The epoch time without ``persistent_workers`` minus with it, from two measured rates: at
+    ``config``'s other settings where both were measured, else at the same workers and batch size (the
+    adaptive search tries the toggle around the leaders, and not again once restarting clearly lost).
+    None unless such a pair was measured."""
+    if not config.num_workers or not epoch_samples:
+        return None
+    pairs: dict[TrialConfig, dict[bool, ConfigResult]] = {}
+    for c in configs:
+        if c.ok and c.config.num_workers == config.num_workers and c.config.batch_size == config.batch_size:
+            pairs.setdefault(replace(c.config, persistent_workers=True), {})[c.config.persistent_workers] = c
+    complete = [k for k, pair in pairs.items() if len(pair) == 2 and min(p.estimate.median for p in pair.values()) > 0]
+    if not complete:
+        return None
+    exact = replace(config, persistent_workers=True)
+    at = exact if exact in complete else max(complete, key=lambda k: pairs[k][True].estimate.median)
+    off, on = pairs[at][False].estimate, pairs[at][True].estimate
+    if indistinguishable(off, on, noise_floor):
+        return PersistentSaving(0.0, at)
+    return PersistentSaving(epoch_samples / off.median - epoch_samples / on.median, at)
+
+
+def explain(pick: ConfigResult, best: ConfigResult, tied: list[ConfigResult]) -> str:
+    if pick is best and len(tied) == 1:
+        return "fastest config, clear of every other beyond the measured noise"
+    others = len(tied) - 1
+    cheaper = "fewest workers" if pick.config.num_workers < best.config.num_workers else "cheapest"
+    lead = "the fastest" if pick is best else f"within the noise of the fastest ({best.config.label()})"
+    return (
+        f"{lead}; {others} other config{'s' if others != 1 else ''} cannot be told apart from it, "
+        f"and this is the {cheaper} of them (fewest workers, then least memory, then no pinning)"
+    )
+
+
+def snippet(config: TrialConfig, shuffle: bool, drop_last: bool, has_collate_fn: bool, distributed: bool = False) -> str:
+    """A ready-to-paste ``DataLoader(...)`` call for ``config`` (per rank, over its shard, when ``distributed``)."""
+    args = [("batch_size", config.batch_size)]
+    if distributed and shuffle:
+        args.append(("sampler", "DistributedSampler(dataset)"))
+    elif distributed:
+        args.append(("sampler", "DistributedSampler(dataset, shuffle=False)"))
+    elif shuffle:
+        args.append(("shuffle", True))
+    if drop_last:
+        args.append(("drop_last", True))
+    args.append(("num_workers", config.num_workers))
+    if config.num_workers:
+        args.append(("prefetch_factor", config.prefetch_factor or DEFAULT_PREFETCH))
+        if config.persistent_workers:
+            args.append(("persistent_workers", True))
+        if not config.in_order:
+            args.append(("in_order", False))
+        if config.start_method:
+            args.append(("multiprocessing_context", config.start_method))
+    if config.pin_memory:
+        args.append(("pin_memory", True))
+    lines = ["loader = DataLoader(  # in every rank" if distributed else "loader = DataLoader(", "    dataset,"]
+    lines += [f"    {name}={value}," if name == "sampler" else f"    {name}={value!r}," for name, value in args]
+    if has_collate_fn:
+        lines.append("    collate_fn=collate_fn,")
+    lines.append(")")
+    if config.transfer == "stream":
+        lines.append("# in the training loop (from loadtune import CUDAPrefetcher): copies the next batch on a side stream")
+        lines.append("# for batch in CUDAPrefetcher(loader, device): ...")
+    elif config.transfer == "non_blocking":
+        lines.append("# in the training loop: batch = batch.to(device, non_blocking=True)")
+    elif config.transfer == "sync":
+        lines.append("# in the training loop: batch = batch.to(device)")
+    return "\n".join(lines)

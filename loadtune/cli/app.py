@@ -1,0 +1,372 @@
+"""The command line: a thin typer layer over ``loadtune.scan``.
+
+Exit codes: 0 done (check: passed), 1 check found a regression, 2 usage, spec or baseline error,
+3 nothing could be measured, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from loadtune.model.check import NOTHING, REGRESSION
+from loadtune.report import ci
+from loadtune.engine.distributed import layout as distributed
+from loadtune.report import plot as plot_mod
+from loadtune.engine.check import BaselineError, explicit_config, parse_tolerance, run_check
+from loadtune.analysis.compare import compare, select_diffs
+from loadtune.model.config import PlanError, parse_int_list
+from loadtune.cli.project import ProjectError, project_defaults
+from loadtune.report.progress import ProgressDisplay
+from loadtune.report.check import print_check
+from loadtune.report.compare import print_comparison
+from loadtune.report.scan import print_nodes, print_recommendation, print_report
+from loadtune.model.results import ResultError, ScanResult, check_writable, write_atomic
+from loadtune.engine.scan import OptionsError, ScanOptions, execute, prepare, resume_from
+from loadtune.engine.spec import SpecError
+from loadtune.analysis.view import ViewError, filters_from, select
+
+EXIT_REGRESSION = 1
+EXIT_USAGE = 2
+EXIT_NOTHING_MEASURED = 3
+EXIT_INTERRUPTED = 130
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure, don't guess: tune a PyTorch DataLoader.")
+
+
+@app.callback()
+def _root() -> None:
+    """loadtune: a throughput tuner for PyTorch DataLoaders."""
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    Console(stderr=True).print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
+    return typer.Exit(code)
+
+
+def int_list(text: Optional[str], name: str) -> Optional[list[int]]:
+    return None if text is None else parse_int_list(text, name)
+
+
+PROJECT_KEYS = {"spec", "baseline", "json", "tolerance", "min_throughput"}
+
+
+def load_project() -> dict:
+    """``[tool.loadtune]`` of the nearest pyproject.toml (empty when there is none); unknown keys refused."""
+    table, path = project_defaults()
+    known = PROJECT_KEYS | {f.name for f in fields(ScanOptions)}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ProjectError(f"{path}: unknown key {unknown[0]!r} in [tool.loadtune]; known: {', '.join(sorted(known))}")
+    return table
+
+
+def missing(what: str, key: str):
+    raise OptionsError(f"no {what} given: pass it, or set {key} = ... under [tool.loadtune] in pyproject.toml")
+
+
+USER_ERRORS = (SpecError, OptionsError, PlanError, ResultError, ProjectError, BaselineError, ViewError, plot_mod.PlotError,
+               distributed.DistributedError)
+FORMATS = ("table", "json")
+
+
+def output_format(text: str) -> str:
+    if text not in FORMATS:
+        raise OptionsError(f"--format: expected table or json, got {text!r}")
+    return text
+
+
+def write_json(data: dict) -> None:
+    """The whole of stdout under ``--format json``: one JSON document, for a pipe."""
+    sys.stdout.write(json.dumps(data, indent=1) + "\n")
+    sys.stdout.flush()
+
+
+def save_plot(result: ScanResult, path: Path, console: Console) -> None:
+    """Write the plot after a scan or a show; a failure is an error (exit 2), the result stays saved."""
+    try:
+        plot_mod.write_plot(result, path)
+    except (plot_mod.PlotError, OSError) as exc:
+        raise fail(f"{exc}" if isinstance(exc, plot_mod.PlotError) else f"--plot {path}: {exc.strerror or exc}") from None
+    console.print(f"Plot written to {path}", style="dim")
+
+
+def tolerance_value(text) -> float:
+    try:
+        return parse_tolerance(text)
+    except ValueError as exc:
+        raise OptionsError(f"--tolerance: {exc}") from None
+
+
+@app.command()
+def scan(
+    spec: Optional[str] = typer.Argument(None, help="Spec file that builds the dataset: dataset.py or dataset.py:factory (default: [tool.loadtune] spec)"),
+    workers: Optional[str] = typer.Option(None, help="num_workers values, e.g. 0,2,4 (default: 0,1,2,4,… up to 2× usable cores)"),
+    batch_size: Optional[str] = typer.Option(None, "--batch-size", help="batch sizes, e.g. 32,64 (default: the spec's, else 64)"),
+    prefetch: Optional[str] = typer.Option(None, help="prefetch_factor values (only with workers) (default: 2,4)"),
+    pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="fix pin_memory (default: search both with an accelerator)"),
+    persistent: Optional[bool] = typer.Option(None, "--persistent/--no-persistent", help="fix persistent_workers (default: search both)"),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda[:N] (default: cuda when available)"),
+    transfer: Optional[str] = typer.Option(None, help="how batches reach a CUDA device: sync,non_blocking,stream (default: all; non_blocking only pinned)"),
+    step_ms: Optional[float] = typer.Option(None, "--step-ms", help="consume each batch with a synthetic step of about X ms (when the spec has no step)"),
+    shuffle: Optional[bool] = typer.Option(None, "--shuffle/--no-shuffle", help="shuffle map-style datasets as training does (default: shuffle)"),
+    drop_last: Optional[bool] = typer.Option(None, "--drop-last/--no-drop-last", help="drop the short last batch (default: keep)"),
+    warmup: Optional[float] = typer.Option(None, help="seconds of warm-up per trial, discarded (default: 1.0)"),
+    block_time: Optional[float] = typer.Option(None, "--block-time", help="seconds per timed block, at least (default: 0.5)"),
+    blocks: Optional[int] = typer.Option(None, help="timed blocks per trial, at most (default: 10)"),
+    min_blocks: Optional[int] = typer.Option(None, "--min-blocks", help="timed blocks per trial, at least (default: 3)"),
+    target_spread: Optional[float] = typer.Option(None, "--target-spread", help="stop a trial once its median is known to this relative precision (default: 0.03)"),
+    allow_reorder: bool = typer.Option(False, "--allow-reorder", help="also try in_order=False (only if training tolerates batches out of order)"),
+    start_method: Optional[str] = typer.Option(None, "--start-method", help="worker start methods to compare, e.g. fork,spawn (default: the platform's)"),
+    grid: bool = typer.Option(False, "--grid", help="measure every combination instead of the adaptive search"),
+    budget: Optional[float] = typer.Option(None, help="seconds for the whole scan; no trial starts past it (default: none)"),
+    confirm: Optional[int] = typer.Option(None, help="rounds re-measuring the contenders side by side (default: 1)"),
+    timeout: Optional[float] = typer.Option(None, help="hard limit per trial in seconds (default: 120)"),
+    seed: Optional[int] = typer.Option(None, help="seed of the trial order and of shuffling (default: 0)"),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="do not recommend configs whose measured peak host memory exceeds this, e.g. 8G or 512M (default: no limit)"),
+    diagnose: Optional[bool] = typer.Option(None, "--diagnose/--no-diagnose", help="profile the stages once: where the time goes and the bound (default: on)"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="where to save the full result, rewritten after every trial (default: loadtune.json)"),
+    resume: bool = typer.Option(False, "--resume", help="continue the interrupted scan saved at --json, without re-running its finished trials"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the recommendation (with its notes and snippet); no table, no progress"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs loadtune[plot])"),
+    format_: str = typer.Option("table", "--format", help="table, or json: the whole result on stdout (for a pipe), nothing else there"),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", help="ranks per trial, each with its own loader over its shard, launched as torchrun does (default: 1)"),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="nodes of the training job: shards are sized for all of them (default: 1)"),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", help="this node's rank in the job (default: 0)"),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT where the nodes meet so node 0 prints a per-node summary (node 0 hosts it)"),
+) -> None:
+    """Search DataLoader settings for a dataset, print a ranked table and a recommendation."""
+    try:
+        as_json = output_format(format_) == "json"
+        if plot is not None:
+            plot_mod.check_plot(plot)  # before any work: a wrong extension or no matplotlib costs no scan
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+    console = Console(stderr=as_json)  # under --format json, stdout holds the JSON alone
+    try:
+        overrides = dict(
+            workers=int_list(workers, "--workers"),
+            batch_size=int_list(batch_size, "--batch-size"),
+            prefetch=int_list(prefetch, "--prefetch"),
+            pin=pin,
+            persistent=persistent,
+            device=device,
+            transfer=transfer.split(",") if transfer else None,
+            step_ms=step_ms,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            warmup=warmup,
+            block_time=block_time,
+            blocks=blocks,
+            min_blocks=min_blocks,
+            target_spread=target_spread,
+            allow_reorder=allow_reorder or None,
+            start_method=start_method.split(",") if start_method else None,
+            search="grid" if grid else None,
+            budget=budget,
+            confirm=confirm,
+            timeout=timeout,
+            seed=seed,
+            nproc_per_node=nproc_per_node,
+            nnodes=nnodes,
+            node_rank=node_rank,
+            rdzv_endpoint=rdzv_endpoint,
+            max_memory=max_memory,
+            diagnose=diagnose,
+        )
+        adopted = distributed.adopt_launcher(overrides)  # under torchrun: its layout, local rank 0 scans
+        if adopted.stand_aside:
+            Console(stderr=True).print(adopted.stand_aside, style="dim")
+            raise typer.Exit(0)
+        project = load_project()
+        overrides = {k: v if v is not None else project.get(k) for k, v in overrides.items()}  # flags > pyproject
+        overrides.update({k: v for k, v in project.items() if k not in overrides and k not in PROJECT_KEYS})
+        spec = spec or project.get("spec") or missing("a spec file", "spec")
+        json_path = json_path or Path(project.get("json", "loadtune.json"))
+        plan = prepare(spec, **overrides)
+        json_path = distributed.node_json_path(json_path, plan.options.nnodes, plan.options.node_rank)
+        check_writable(json_path)
+        if resume:
+            resume_from(plan, json_path)
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None  # nothing measured yet: nothing to save
+    result = plan.result
+    render = (lambda: None) if as_json else (lambda: (print_recommendation if quiet else print_report)(console, result))
+    try:
+        if quiet:
+            result = execute(plan, json_path)
+        else:
+            with ProgressDisplay(Console(stderr=True)) as display:
+                result = execute(plan, json_path, display)
+    except KeyboardInterrupt:
+        render()
+        if as_json:
+            write_json(result.to_dict())
+        console.print(f"Interrupted: {len(result.trials)} finished trials saved to {json_path}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    render()
+    if as_json:
+        write_json(result.to_dict())
+    console.print(f"Saved to {json_path}", style="dim")
+    opts = plan.options
+    if opts.nnodes > 1 and opts.rdzv_endpoint:
+        try:
+            nodes = distributed.gather_nodes(opts.rdzv_endpoint, opts.nnodes, opts.node_rank, node_summary(result, opts.node_rank),
+                                             adopted.store_hosted)
+        except (RuntimeError, distributed.DistributedError) as exc:  # the store's timeout, or a bad endpoint
+            raise fail(f"the per-node summary could not be gathered at {opts.rdzv_endpoint}: {exc}") from None
+        if nodes is not None:
+            print_nodes(console, nodes)
+    if not result.ok_trials:
+        raise fail("no trial could be measured; see the failures above", EXIT_NOTHING_MEASURED)
+    if plot is not None:
+        save_plot(result, plot, console)
+
+
+def node_summary(result: ScanResult, node_rank: int) -> dict:
+    """One node's pick, for node 0's per-node table."""
+    rec = result.recommendation
+    pick = result.config_result(rec.config) if rec else None
+    return {
+        "node_rank": node_rank,
+        "host": socket.gethostname(),
+        "cores": result.machine.usable_cores,
+        "pick": rec.config.label() if rec else None,
+        "samples_per_s": pick.estimate.median if pick else None,
+        "sum_per_s": pick.aggregate_rate if pick else None,
+        "workers": rec.config.num_workers * pick.ranks if pick else None,
+    }
+
+
+@app.command()
+def check(
+    spec: Optional[str] = typer.Argument(None, help="the spec file of the baseline's dataset (default: [tool.loadtune] spec)"),
+    baseline: Optional[Path] = typer.Option(None, help="a saved scan to compare with (default: [tool.loadtune] baseline, else loadtune.json)"),
+    tolerance: Optional[str] = typer.Option(None, help="slowdown allowed, beyond the noise, e.g. 10% (default: 10%)"),
+    min_throughput: Optional[float] = typer.Option(None, "--min-throughput", help="absolute floor in samples/s"),
+    workers: Optional[int] = typer.Option(None, help="check this num_workers instead of the baseline's pick"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="check this batch size instead of the baseline's pick"),
+    prefetch: Optional[int] = typer.Option(None, help="check this prefetch_factor instead of the baseline's pick"),
+    pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="check this pin_memory instead of the baseline's pick"),
+    persistent: Optional[bool] = typer.Option(None, "--persistent/--no-persistent", help="check this persistent_workers instead"),
+    rounds: int = typer.Option(3, min=1, help="interleaved rounds of (calibration, config, PyTorch's defaults)"),
+    junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="write a JUnit XML report here"),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the full check result here"),
+) -> None:
+    """Re-measure the baseline's recommended config; exit 1 when loading got slower beyond tolerance and noise."""
+    console = Console()
+    try:
+        project = load_project()
+        spec = spec or project.get("spec") or missing("spec file", "spec")
+        baseline_path = baseline or Path(project.get("baseline", "loadtune.json"))
+        tol = tolerance_value(tolerance if tolerance is not None else project.get("tolerance", 0.10))
+        floor = min_throughput if min_throughput is not None else project.get("min_throughput")
+        for path in (junit_xml, markdown_path, json_path):
+            if path is not None:
+                check_writable(path)
+        saved = ScanResult.load(baseline_path)
+        config = explicit_config(saved, workers=workers, batch_size=batch_size, prefetch=prefetch, pin=pin, persistent=persistent)
+        outcome = run_check(spec, saved, config, tol, floor, rounds)
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    print_check(console, outcome)
+    if junit_xml:
+        write_atomic(junit_xml, ci.junit_xml(outcome))
+    if markdown_path:
+        write_atomic(markdown_path, ci.markdown(outcome))
+    if json_path:
+        write_atomic(json_path, json.dumps(outcome.to_dict(), indent=1) + "\n")
+    if outcome.status == NOTHING:
+        raise typer.Exit(EXIT_NOTHING_MEASURED)
+    if outcome.status == REGRESSION:
+        raise typer.Exit(EXIT_REGRESSION)
+
+
+@app.command()
+def show(
+    result_paths: list[Path] = typer.Argument(..., metavar="RESULT [OTHER]", help="a saved scan (e.g. loadtune.json); two: compare them config by config"),
+    top: Optional[int] = typer.Option(None, "--top", help="show the first N rows only"),
+    sort: str = typer.Option("rate", "--sort", help="order rows by rate, workers, memory or startup (two scans: rate, workers or ratio)"),
+    batch_size: Optional[str] = typer.Option(None, "--batch-size", help="only these batch sizes, e.g. 64 or 32,64"),
+    workers: Optional[str] = typer.Option(None, help="only these num_workers values, e.g. 2,4"),
+    pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="only configs with (without) pin_memory"),
+    status: Optional[str] = typer.Option(None, help="only rows of these statuses: ok, failed, skipped, excluded (comma-separated)"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs loadtune[plot])"),
+    format_: str = typer.Option("table", "--format", help="table, or json: the saved result (two scans: the comparison) on stdout"),
+) -> None:
+    """Render a saved scan again (table and recommendation) without measuring anything; given two, compare them."""
+    try:
+        as_json = output_format(format_) == "json"
+        if len(result_paths) > 2:
+            raise OptionsError(f"show takes one result, or two to compare; got {len(result_paths)}")
+        if plot is not None:
+            plot_mod.plot_format(plot)
+            if len(result_paths) == 2:
+                raise OptionsError("--plot draws one scan; run show --plot on each of the two")
+        filters = filters_from(batch_size, workers, pin, status)
+        if as_json and len(result_paths) == 1 and (filters.any or top is not None or sort != "rate"):
+            raise OptionsError("--format json writes the whole saved result; --top, --sort and the filters shape the table only")
+        results = [ScanResult.load(path) for path in result_paths]
+        if len(results) == 2:
+            cmp = compare(*results, a_name=str(result_paths[0]), b_name=str(result_paths[1]))
+            diffs = select_diffs(cmp.diffs, filters, sort, top)
+        else:
+            rows = select(results[0], filters, sort, top)
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
+    console = Console()
+    if len(results) == 2:
+        if as_json:
+            write_json(cmp.to_dict(diffs))
+        else:
+            print_comparison(console, cmp, diffs)
+        return
+    if as_json:
+        write_json(results[0].to_dict())
+    else:
+        print_report(console, results[0], rows)
+    if plot is not None:
+        save_plot(results[0], plot, Console(stderr=as_json))
+
+
+@app.command()
+def doctor(
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also save the findings here as JSON"),
+    bandwidth: bool = typer.Option(True, "--bandwidth/--no-bandwidth", help="measure host<->device copy rates (a few seconds per GPU)"),
+) -> None:
+    """What this machine offers: cores, RAM, /dev/shm, versions, GPUs, PCIe links and measured copy rates."""
+    from loadtune.engine import doctor as doctor_mod
+    from loadtune.report.doctor import print_doctor
+
+    try:
+        if json_path:
+            check_writable(json_path)
+    except ResultError as exc:
+        raise fail(str(exc)) from None
+    report = doctor_mod.collect(measure=bandwidth)
+    print_doctor(Console(), report)
+    if json_path:
+        write_atomic(json_path, json.dumps(report.to_dict(), indent=1) + "\n")
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, interrupt)  # a cancelled CI job: clean up and save, as on Ctrl-C
+    app(prog_name="loadtune")
+
+
+def interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt

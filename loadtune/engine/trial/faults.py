@@ -1,0 +1,186 @@
+"""Turning a trial's failure into one clear paragraph: what happened, where, and what to do (SPEC §9).
+
+Runs in the trial process, where the exception object and the dataset are still at hand. PyTorch
+re-raises a worker's exception in the main process wrapped in text ("Caught ValueError in
+DataLoader worker process 0. Original Traceback ..."); the dataset's own type and message are
+recovered from it, and the failing index is found by replaying ``__getitem__`` in-process.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import traceback
+from typing import Any
+
+from loadtune.model.results import TrialError
+
+WORKER_CAUGHT = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
+WORKER_SIGNAL = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.\n]+)")
+WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
+LOCATE_BUDGET_S = 10.0
+
+SIGNAL_HINTS = {
+    "Killed": "SIGKILL, often the kernel's out-of-memory killer: try fewer workers, a smaller batch or "
+    "prefetch_factor, or a dataset that holds its data in tensors rather than Python objects",
+    "Bus error": "SIGBUS, usually /dev/shm too small for the batches in flight: raise it (docker run "
+    "--shm-size=8g, or a larger tmpfs), lower num_workers x prefetch_factor, or call "
+    "torch.multiprocessing.set_sharing_strategy('file_system')",
+    "Segmentation fault": "SIGSEGV, a crash in native code called by the dataset (an image or "
+    "compression library, or a library not safe to use after fork: try multiprocessing_context='spawn')",
+}
+
+
+def original_error(exc: BaseException) -> tuple[str, str, int | None]:
+    """(type name, message, worker id) of the dataset's own exception, unwrapped from PyTorch's text."""
+    text = str(exc)
+    caught = WORKER_CAUGHT.search(text)
+    if not caught:
+        return type(exc).__name__, text.strip() or type(exc).__name__, None
+    name, worker = caught.group(1), int(caught.group(2))
+    lines = [line for line in text.splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    message = last.split(": ", 1)[1] if last.startswith(name) and ": " in last else last
+    return name, message.strip() or name, worker
+
+
+def chain_text(exc: BaseException) -> str:
+    """The messages of ``exc`` and the exceptions it was raised from: PyTorch reports a killed worker
+    as "exited unexpectedly", caused by the message that names the signal."""
+    parts, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        parts.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(parts)
+
+
+def in_collate(exc: BaseException) -> bool:
+    """Did the failure happen while collating samples into a batch (not in the dataset)?"""
+    text = str(exc)
+    if "Original Traceback" in text:  # from a worker: its traceback is in the message
+        tail = text.split("Original Traceback", 1)[1]
+    else:
+        tail = "".join(traceback.format_tb(exc.__traceback__))
+    frames = re.findall(r'File "([^"]+)", line \d+, in (\w+)', tail)
+    return bool(frames) and ("collate" in frames[-1][0] or "collate" in frames[-1][1])
+
+
+def locate_index(dataset: Any, exc_type: str, budget_s: float = LOCATE_BUDGET_S) -> int | None:
+    """Replay ``dataset[i]`` in order until it raises the same exception type (bounded in time)."""
+    try:
+        n = len(dataset)
+    except TypeError:
+        return None  # an IterableDataset has no index
+    deadline = time.monotonic() + budget_s
+    for i in range(n):
+        if time.monotonic() > deadline:
+            return None
+        try:
+            dataset[i]
+        except Exception as exc:  # noqa: BLE001 - we are looking for it
+            if type(exc).__name__ == exc_type:
+                return i
+            return None
+    return None
+
+
+def diagnose(exc: BaseException, dataset: Any = None, batch_size: int | None = None, consumer: bool = False) -> TrialError:
+    """A TrialError whose message is one paragraph a user can act on. ``consumer``: the exception came
+    from moving the batch to the device or from the spec's ``step``, not from the loader."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
+    text = chain_text(exc)
+    if type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in text:
+        return TrialError(
+            kind="cuda_oom",
+            message=f"CUDA out of memory at batch size {batch_size}: smaller batch sizes are still measured; "
+            "free GPU memory or lower the batch size",
+            exception_type=type(exc).__name__,
+            traceback=tb,
+        )
+    killed = WORKER_SIGNAL.search(text)
+    if killed:
+        sig = killed.group(2).strip()
+        hint = SIGNAL_HINTS.get(sig, f"signal '{sig}'")
+        return TrialError(kind="worker_killed", message=f"a DataLoader worker (pid {killed.group(1)}) was killed by {hint}",
+                          exception_type=type(exc).__name__, traceback=tb)
+    exited = WORKER_EXITED.search(text)
+    if exited:
+        return TrialError(kind="worker_killed", message=f"DataLoader worker(s) {exited.group(1)} exited unexpectedly "
+                          "(killed from outside, or out of memory): try fewer workers", exception_type=type(exc).__name__, traceback=tb)
+    if consumer:
+        return TrialError(
+            kind="step",
+            message=f"the spec's step(batch) (or the copy of the batch to the device) raised {type(exc).__name__}: "
+            f"{str(exc).strip() or type(exc).__name__}",
+            exception_type=type(exc).__name__,
+            traceback=tb,
+        )
+    name, message, worker = original_error(exc)
+    where = f" in worker {worker}" if worker is not None else " in the main process"
+    if in_collate(exc):
+        return TrialError(
+            kind="collate",
+            message=f"samples could not be collated into a batch{where}: {name}: {message}. Define collate_fn in "
+            "the spec (e.g. padding variable-length tensors with torch.nn.utils.rnn.pad_sequence)",
+            exception_type=name,
+            traceback=tb,
+        )
+    index = locate_index(dataset, name) if dataset is not None else None
+    at = f" at index {index}" if index is not None else ""
+    return TrialError(
+        kind="exception",
+        message=f"the dataset raised {name}{at}{where}: {message}",
+        exception_type=name,
+        traceback=tb,
+        index=index,
+    )
+
+
+def first_tensor(batch: Any):
+    """The first tensor leaf of a batch, or None."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch
+    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    for value in values:
+        found = first_tensor(value)
+        if found is not None:
+            return found
+    return None
+
+
+class DuplicateDetector:
+    """Spots an IterableDataset that every worker replays in full (no sharding by worker id).
+
+    With ``in_order`` batch i comes from worker i mod W. If worker 1's first batch equals worker 0's
+    while worker 0's first two batches differ (the data is not simply constant), the workers are
+    yielding the same samples, and the throughput counts copies."""
+
+    def __init__(self, num_workers: int):
+        self.num_workers = num_workers
+        self.first: list[Any] = []
+
+    def see(self, batch: Any) -> None:
+        if len(self.first) < 2 * self.num_workers:
+            tensor = first_tensor(batch)
+            if tensor is not None:
+                self.first.append(tensor.detach().clone())
+
+    @property
+    def duplicated(self) -> bool:
+        import torch
+
+        same = lambda a, b: a.shape == b.shape and torch.equal(a, b)  # noqa: E731
+        w, seen = self.num_workers, self.first
+        if len(seen) < w + 1 or same(seen[0], seen[w]):
+            return False  # too little seen, or worker 0 repeats itself: constant data proves nothing
+        return any(same(seen[0], t) for t in seen[1:w])
+
+    def warning(self) -> str:
+        return (
+            f"the IterableDataset yields the same samples from each of the {self.num_workers} workers: each "
+            "worker replays the whole stream, so training would see duplicates. Shard it in __iter__ with "
+            "torch.utils.data.get_worker_info() (id and num_workers)"
+        )

@@ -1,0 +1,154 @@
+"""The search space and the trials it expands to (SPEC §4).
+
+A ``TrialConfig`` is one DataLoader configuration plus how its batches reach the device. The grid
+never contains a combination PyTorch rejects (``prefetch_factor`` or ``persistent_workers`` without
+workers), and knobs that cannot matter on this machine are left out with a note saying why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+
+# How a batch reaches the device: "none" keeps it on the CPU (no accelerator), "sync" is
+# `.to(device)`, "non_blocking" is `.to(device, non_blocking=True)` (only useful from pinned memory),
+# "stream" copies batch n+1 on a side CUDA stream while batch n is consumed (``loadtune.CUDAPrefetcher``).
+TRANSFERS = ("none", "sync", "non_blocking", "stream")
+DEVICE_TRANSFERS = ("sync", "non_blocking", "stream")  # searched when batches go to a CUDA device
+DEFAULT_PREFETCH = 2  # PyTorch's default prefetch_factor when num_workers > 0
+
+
+def transfer_for(pin: bool, accelerator: bool) -> str:
+    """Nothing to move without an accelerator; ``non_blocking`` only overlaps from pinned memory."""
+    return ("non_blocking" if pin else "sync") if accelerator else "none"
+
+
+def transfers_for(pin: bool, accelerator: bool, allowed: list[str] | None = None) -> list[str]:
+    """The transfer strategies worth measuring at this pinning: none without an accelerator;
+    ``non_blocking`` only from pinned memory (from pageable memory it is ``sync`` under another
+    name). ``allowed`` (None: all) narrows them, the default strategy first."""
+    if not accelerator:
+        return ["none"]
+    valid = [t for t in DEVICE_TRANSFERS if pin or t != "non_blocking"]
+    if allowed is not None:
+        valid = [t for t in valid if t in allowed]
+    first = transfer_for(pin, accelerator)
+    return sorted(valid, key=lambda t: t != first)
+
+
+def transfer_cost(transfer: str) -> int:
+    """Changes to the training loop a strategy asks for: none, one flag, a prefetcher."""
+    return {"none": 0, "sync": 0, "non_blocking": 1, "stream": 2}.get(transfer, 2)
+
+
+class PlanError(ValueError):
+    """An invalid knob value: refused before any work, exit code 2."""
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One point of the search space."""
+
+    batch_size: int
+    num_workers: int
+    pin_memory: bool = False
+    prefetch_factor: int | None = None
+    persistent_workers: bool = False
+    transfer: str = "none"
+    in_order: bool = True  # False lets batches arrive as workers finish them (torch >= 2.6)
+    start_method: str | None = None  # DataLoader's multiprocessing_context; None: the platform's default
+
+    @property
+    def key(self) -> str:
+        """Stable identity, used to match trials across saved results."""
+        key = (
+            f"bs={self.batch_size},w={self.num_workers},pin={int(self.pin_memory)},"
+            f"pf={self.prefetch_factor or 0},pw={int(self.persistent_workers)},tx={self.transfer}"
+        )
+        if not self.in_order:
+            key += ",io=0"
+        if self.start_method:
+            key += f",mp={self.start_method}"
+        return key
+
+    @property
+    def is_pytorch_default(self) -> bool:
+        """PyTorch's defaults apart from batch size: no workers, no pinning, plain transfer."""
+        return self.num_workers == 0 and not self.pin_memory and self.transfer in ("none", "sync")
+
+    def loader_kwargs(self) -> dict:
+        """The DataLoader arguments this config sets (only valid combinations)."""
+        kwargs = {
+            "batch_size": self.batch_size,
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+        }
+        if self.num_workers > 0:
+            kwargs["prefetch_factor"] = self.prefetch_factor or DEFAULT_PREFETCH
+            kwargs["persistent_workers"] = self.persistent_workers
+            if not self.in_order:
+                kwargs["in_order"] = False
+            if self.start_method:
+                kwargs["multiprocessing_context"] = self.start_method
+        return kwargs
+
+    def label(self) -> str:
+        """Short human form for tables: ``w4 pf2 pin persist bs64``."""
+        parts = [f"w{self.num_workers}"]
+        if self.num_workers:
+            parts.append(f"pf{self.prefetch_factor or DEFAULT_PREFETCH}")
+        if self.pin_memory:
+            parts.append("pin")
+        if self.persistent_workers:
+            parts.append("persist")
+        if self.transfer not in ("none", "sync"):
+            parts.append(self.transfer.replace("_", "-"))
+        if not self.in_order:
+            parts.append("unordered")
+        if self.start_method:
+            parts.append(self.start_method)
+        parts.append(f"bs{self.batch_size}")
+        return " ".join(parts)
+
+    def with_knobs(self, **changes) -> "TrialConfig":
+        """A copy with knobs changed, kept valid: transfer follows pinning, and the worker-only knobs
+        are cleared without workers (PyTorch rejects them)."""
+        config = replace(self, **changes)
+        if "pin_memory" in changes and "transfer" not in changes and config.transfer in ("sync", "non_blocking"):
+            config = replace(config, transfer=transfer_for(config.pin_memory, True))
+        if config.transfer == "non_blocking" and not config.pin_memory:
+            config = replace(config, transfer="sync")  # from pageable memory the flag does nothing
+        if config.num_workers == 0:
+            config = replace(config, prefetch_factor=None, persistent_workers=False, in_order=True, start_method=None)
+        elif config.prefetch_factor is None:
+            config = replace(config, prefetch_factor=DEFAULT_PREFETCH)
+        return config
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrialConfig":
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A knob value that was not searched, and why (shown as a 'skipped' row)."""
+
+    what: str
+    why: str
+    key: str | None = None  # the TrialConfig.key, when a single config was skipped
+
+
+def parse_int_list(text: str, name: str) -> list[int]:
+    """``"0,2,4"`` -> [0, 2, 4], with a message naming the flag on bad input."""
+    try:
+        values = [int(part) for part in str(text).replace(" ", "").split(",") if part != ""]
+    except ValueError:
+        raise PlanError(f"{name}: expected comma-separated whole numbers like 0,2,4, got {text!r}") from None
+    if not values:
+        raise PlanError(f"{name}: no values given")
+    return values
+
+

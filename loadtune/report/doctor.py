@@ -1,0 +1,66 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+# --- from report.py
+
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from loadtune.analysis import footprint as footprint
+from loadtune.report.text import gbps, short_bytes
+
+
+def print_doctor(console: Console, report: Any) -> None:
+    """``loadtune doctor``: the machine, then each GPU with its link and measured copy rates."""
+    m = report.machine
+    quota = f", cgroup quota {m.cgroup_cpu_limit:g} CPUs" if m.cgroup_cpu_limit is not None else ""
+    lines = [
+        ("cores", f"{m.usable_cores} usable (affinity mask {report.affinity_cores}{quota}; {m.logical_cores} logical) · {m.cpu_model}"),
+        ("RAM", f"{short_bytes(m.memory_total_bytes)} total, {short_bytes(m.memory_available_bytes)} available"),
+        ("/dev/shm", f"{short_bytes(m.shm_total_bytes)} total, {short_bytes(report.shm_free_bytes)} free" if m.shm_total_bytes else "not available"),
+        ("python", f"{m.python} · {m.platform}"),
+        ("torch", f"{m.torch} · CUDA {m.cuda or 'none (CPU build)'}" + (f" · cuDNN {report.cudnn}" if report.cudnn else "")
+         + (f" · driver supports CUDA {report.driver_cuda}" if report.driver_cuda else "")),
+        ("start method", f"{m.start_method} (DataLoader workers start this way by default)"),
+        ("NVML", "available" if report.nvml_note is None else f"unavailable ({report.nvml_note})"),
+    ]
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for name, value in lines:
+        table.add_row(name, value)
+    console.print(table)
+    if report.gpu_note:
+        console.print(Text(report.gpu_note, style="yellow"))
+        return
+    for gpu in report.gpus:
+        link = gpu.link
+        head = Text.assemble((f"GPU {gpu.index}: {gpu.name}", "bold"), f" · {short_bytes(gpu.memory_bytes)}"
+                             + (f" · driver {gpu.driver}" if gpu.driver else ""))
+        console.print(head)
+        if link is not None:
+            console.print(f"  PCIe gen {link.gen_current or '?'} x{link.width_current or '?'} now (read after the copies), "
+                          f"gen {link.gen_max or '?'} x{link.width_max or '?'} at most: "
+                          f"{gbps(gpu.link_gbps_current)} GB/s now, {gbps(gpu.link_gbps_max)} GB/s at most, each way (theoretical)")
+        else:
+            console.print("  PCIe link: unknown (NVML unavailable)", style="dim")
+        if gpu.copies:
+            copies = Table(title="  measured copies, GB/s (median of repeats, CUDA events)", title_justify="left", header_style="bold", pad_edge=False)
+            copies.add_column("size", justify="right")
+            for col in ("H2D pinned", "H2D pageable", "D2H pinned", "D2H pageable"):
+                copies.add_column(col, justify="right")
+            for size in dict.fromkeys(c.size_bytes for c in gpu.copies):
+                by = {(c.direction, c.memory): c for c in gpu.copies if c.size_bytes == size}
+                copies.add_row(f"{size / 2**20:g} MiB", *[
+                    f"{by[k].gbps:.1f} ±{(by[k].high - by[k].low) / 2 / by[k].gbps:.0%}" if k in by and by[k].gbps else "-"
+                    for k in (("h2d", "pinned"), ("h2d", "pageable"), ("d2h", "pinned"), ("d2h", "pageable"))])
+            console.print(copies)
+        if gpu.error:
+            console.print(Text(f"  copies could not be measured: {gpu.error}", style="red"))
+
+

@@ -1,0 +1,83 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+# --- from report.py
+
+
+import math
+
+from rich.text import Text
+
+from loadtune.analysis import footprint as footprint
+
+
+BAR_WIDTH = 10
+
+
+BLOCKS = " ▏▎▍▌▋▊▉█"
+
+
+def rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def spread_text(est) -> str:
+    """``1,234 ±2.1%``; a spread past ±99% says nothing a reader can use, so it says "noisy"."""
+    spread = f"±{est.rel_spread:.1%}" if est.rel_spread < 0.995 else "noisy"
+    return f"{rate(est.median)} {spread}"
+
+
+def bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    """A relative bar with eighth-block resolution."""
+    eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
+    full, rest = divmod(eighths, 8)
+    return ("█" * full + (BLOCKS[rest] if rest else "")).ljust(width)
+
+
+STATUS_STYLES = {"ok": "green", "failed": "bold red", "skipped": "yellow", "excluded": "magenta"}
+
+
+STATUS_DEFAULT_STYLE = "yellow"
+
+
+def status_cell(status: str, runs: int = 1) -> Text:
+    """``ok``, ``ok ×2`` (runs pooled), ``failed``, ``skipped``, ``excluded``, …, coloured."""
+    word = f"ok ×{runs}" if status == "ok" and runs > 1 else status
+    return Text(word, style=STATUS_STYLES.get(status, STATUS_DEFAULT_STYLE))
+
+
+def short_bytes(n: int | None) -> str:
+    """Compact memory figure for a narrow column: 412M, 1.3G."""
+    if not n:
+        return "-"
+    mib = n / 2**20
+    return f"{mib:.0f}M" if mib < 1000 else f"{mib / 1024:.1f}G"
+
+
+def gbps(value: float | None) -> str:
+    return f"{value:.1f}" if value is not None else "-"
+
+
+def times(value: float) -> str:
+    """A ratio readable at any size: 0.0041, 0.52, 12.40, 245."""
+    if not math.isfinite(value):
+        return "∞"
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if value >= 0.1 or value == 0 else f"{value:.2g}"
+
+
+def ratio_text(r, folded: bool = False) -> str:
+    """``0.52× (0.50–0.55)``: b/a with its interval; folded onto two lines for a narrow table."""
+    if folded:
+        return f"{times(r.value)}×\n{times(r.low)}–{times(r.high)}"
+    return f"{times(r.value)}× ({times(r.low)}–{times(r.high)})"
+
+
+def ms(seconds: float) -> str:
+    if seconds < 1e-6:
+        return "<1 µs"
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.3g} µs"
+
+

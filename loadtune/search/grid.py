@@ -1,0 +1,29 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+# --- from search.py
+
+
+
+
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import ScanResult
+from loadtune.search.strategy import Proposal, measured, skipped_keys
+from loadtune.search.confirmation import confirmation
+
+
+class GridSearch:
+    """Every valid combination in a shuffled order, then the contenders side by side."""
+
+    name = "grid"
+
+    def __init__(self, configs: list[TrialConfig], noise_floor: float, confirm_rounds: int = 1, seed: int = 0):
+        self.configs, self.noise_floor, self.rounds, self.seed = configs, noise_floor, confirm_rounds, seed
+
+    def propose(self, result: ScanResult) -> list[Proposal]:
+        done = set(measured(result)) | {c for c in self.configs if c.key in skipped_keys(result)}
+        pending = [Proposal(c) for c in self.configs if c not in done]
+        return pending or confirmation(result, self.rounds, self.noise_floor, self.seed)
+
+
