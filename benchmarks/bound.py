@@ -36,6 +36,7 @@ import loadtune  # before torch: it silences torch's warning about a missing num
 import torch
 from loadtune.analysis.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, pick_fraction, pick_rate
 from loadtune.model.results import ScanResult, check_writable, write_atomic
+from loadtune.analysis.bound import scan_bound
 
 HERE = Path(__file__).resolve().parent
 ARCHETYPES = ["cpu_bound", "storage_latency", "object_store", "large_tensors", "tiny_dataset", "heavy_tail", "iterable"]
@@ -94,7 +95,7 @@ def run_archetype(name: str, args: argparse.Namespace, folder: Path, before: dic
     else:
         result = loadtune.scan(spec, json_path=json_path, warmup=args.warmup, block_time=args.block_time,
                                blocks=args.blocks, timeout=args.timeout, seed=args.seed)
-    bound = result.bound
+    bound = scan_bound(result)
     rec = result.recommendation
     pick = result.config_result(rec.config) if rec else None
     fraction = pick_fraction(result)

@@ -4,7 +4,7 @@ A scan (``loadtune.scan``, adaptive search, all transfer strategies) of a transf
 (benchmarks/transfer_bound.py: whole batches already pinned, so only the copy costs time). The
 achieved rate is what the report prints: bytes of the batches moved per timed block / block time,
 median over blocks; the peak is the scan's own measurement before the trials
-(``loadtune.engine.doctor.pinned_peak``: 256 MiB pinned copies, CUDA events, median). Target: >= 90%.
+(``loadtune.engine.bandwidth.pinned_peak``: 256 MiB pinned copies, CUDA events, median). Target: >= 90%.
 ``--samples`` scans the realistic case too (float32 images collated and pinned by the loader),
 reported without a target: there the host-side copies can be the bound, which the report says.
 

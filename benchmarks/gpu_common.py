@@ -21,7 +21,7 @@ def require_cuda(name: str) -> None:
 def machine() -> dict:
     import torch
 
-    from loadtune.engine.trial import nvml as nvml
+    from loadtune.engine.trial import nvml
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return {

@@ -1,7 +1,7 @@
 """Pinned against pageable host memory: host-to-device (and device-to-host) GB/s at 1, 16 and 256 MiB.
 
 The folk claim "pin_memory makes transfers 30-50% faster" measured, not repeated. Each figure is
-``loadtune.engine.doctor.copy_rate``: CUDA events around each copy, two warm-up copies, then the median of
+``loadtune.engine.bandwidth.copy_rate``: CUDA events around each copy, two warm-up copies, then the median of
 repeats (about 1 GiB moved per figure, 5 to 50 copies) with its 95% interval. Pinned copies are
 issued ``non_blocking``; pageable ones are staged by the driver. The PCIe link's theoretical rate
 (NVML generation x width) is printed beside them.
@@ -32,7 +32,7 @@ def main() -> None:
     require_cuda("gpu_copy")
     import torch
 
-    from loadtune.engine import doctor as doctor
+    from loadtune.engine import bandwidth, doctor
 
     device = torch.device("cuda", torch.cuda.current_device())
     sizes = [int(s) * MiB for s in args.sizes.split(",")]
@@ -40,8 +40,8 @@ def main() -> None:
     print(f"{'size':>8} {'dir':>4} {'pinned GB/s':>14} {'pageable GB/s':>14} {'pinned/pageable':>16}")
     for size in sizes:
         for direction in ("h2d", "d2h"):
-            pinned = doctor.copy_rate(device, size, direction, pinned=True)
-            pageable = doctor.copy_rate(device, size, direction, pinned=False)
+            pinned = bandwidth.copy_rate(device, size, direction, pinned=True)
+            pageable = bandwidth.copy_rate(device, size, direction, pinned=False)
             rows += [asdict(pinned), asdict(pageable)]
             print(f"{size // MiB:>5} MiB {direction:>4} {pinned.gbps:>8.2f} ±{(pinned.high - pinned.low) / 2:.2f}"
                   f" {pageable.gbps:>8.2f} ±{(pageable.high - pageable.low) / 2:.2f} {pinned.gbps / pageable.gbps:>15.2f}x")

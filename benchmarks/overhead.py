@@ -79,7 +79,6 @@ CASES = [
 def run_bare(case: Case, loader_options, start_method: str, warmup_s: float, duration_s: float,
              timeout_s: float, count_with_len: bool) -> dict:
     from loadtune.engine.trial import harness as runner
-    from loadtune.engine.trial.protocol import TrialRequest
     from loadtune.engine.spec import SpecRef
 
     from bare_loop import bare_child
@@ -246,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
 
-    from loadtune.engine import machine as machine  # first: loadtune silences torch's "Failed to initialize NumPy" warning
+    from loadtune.engine import machine  # first: loadtune silences torch's "Failed to initialize NumPy" warning
     from loadtune.engine.trial.measure import LoaderOptions, Timing
     from loadtune.engine.scan import ScanOptions
 

@@ -93,7 +93,7 @@ def loop_part(name: str, pairs: int, phase_s: float) -> dict:
 
 
 def sampler_part(name: str, windows: int, window_s: float, interval_s: float | None = None) -> dict:
-    from loadtune.engine import machine as machine
+    from loadtune.engine import machine
     from loadtune.engine.trial import harness as runner
     from loadtune.engine.trial.memory import MemorySampler
     from loadtune.engine.spec import SpecRef

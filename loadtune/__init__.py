@@ -1,16 +1,42 @@
-"""loadtune: measure, don't guess, the DataLoader settings that keep a GPU fed."""
+"""loadtune: measure, don't guess, the DataLoader settings that keep a GPU fed.
 
-import warnings
+The public API, imported on first use: ``import loadtune`` itself loads neither torch nor any
+layer, and changes no global state (warning filters, start methods, signal handlers).
+"""
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-# torch warns at import when numpy is absent; loadtune never needs numpy, so the warning is noise.
-warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from loadtune.model.config import TrialConfig  # noqa: E402
-from loadtune.engine.trial.prefetch import CUDAPrefetcher  # noqa: E402
-from loadtune.model.results import ScanResult, Trial  # noqa: E402
-from loadtune.engine.scan import ScanOptions, scan  # noqa: E402
-from loadtune.engine.spec import SpecError, load_spec  # noqa: E402
+from loadtune.version import __version__
 
-__all__ = ["CUDAPrefetcher", "ScanOptions", "ScanResult", "SpecError", "Trial", "TrialConfig", "load_spec", "scan", "__version__"]
+_EXPORTS = {
+    "scan": "loadtune.engine.scan",
+    "ScanOptions": "loadtune.engine.scan",
+    "SpecError": "loadtune.engine.spec",
+    "load_spec": "loadtune.engine.spec",
+    "ScanResult": "loadtune.model.results",
+    "Trial": "loadtune.model.results",
+    "TrialConfig": "loadtune.model.config",
+    "CUDAPrefetcher": "loadtune.engine.trial.prefetch",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+if TYPE_CHECKING:
+    from loadtune.engine.scan import ScanOptions, scan
+    from loadtune.engine.spec import SpecError, load_spec
+    from loadtune.engine.trial.prefetch import CUDAPrefetcher
+    from loadtune.model.config import TrialConfig
+    from loadtune.model.results import ScanResult, Trial
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'loadtune' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

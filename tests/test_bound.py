@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from loadtune.engine import machine as machine
+from loadtune.engine import machine
 from loadtune.analysis.bound import COLLATION, COPY, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, BatchCosts, compute_bound, pick_fraction
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.recommend import recommend
 from loadtune.model.results import Block, MemoryUsage, ScanResult, SpecInfo, StageCost, StageCosts, Trial
+from loadtune.analysis.bound import scan_bound
 
 MS = 1e-3
 
@@ -123,7 +124,7 @@ def test_scan_result_carries_stages_through_json_and_old_files_load(tmp_path):
                         fetch_wall=stage([1.0, 1.1, 0.9], 10), collate=stage([0.1, 0.1, 0.1]),
                         handoff=stage([0.2, 0.2, 0.3]), receive=stage([0.1, 0.1, 0.1]), max_workers=2)
     result = result_with_stages(stages)
-    bound = result.bound
+    bound = scan_bound(result)
     assert bound.stage == DATASET_CPU
     assert bound.rate == pytest.approx(2 * 10 / ((10 + 0.7 / 3 + 0.1) * MS), rel=1e-6)
     assert pick_fraction(result) == pytest.approx(400 / bound.rate)
@@ -131,13 +132,13 @@ def test_scan_result_carries_stages_through_json_and_old_files_load(tmp_path):
     path = tmp_path / "r.json"
     result.save(path)
     loaded = ScanResult.load(path)
-    assert loaded.stages == stages and loaded.bound == bound
+    assert loaded.stages == stages and scan_bound(loaded) == bound
 
     data = json.loads(path.read_text())
     del data["stages"]  # a file from before the diagnosis
     path.write_text(json.dumps(data))
     old = ScanResult.load(path)
-    assert old.stages is None and old.bound is None and pick_fraction(old) is None
+    assert old.stages is None and scan_bound(old) is None and pick_fraction(old) is None
 
 
 def test_the_pick_is_set_against_the_bound_at_its_long_run_rate():
@@ -149,7 +150,7 @@ def test_the_pick_is_set_against_the_bound_at_its_long_run_rate():
     pick = result.config_result(result.recommendation.config)
     pick.trials[0].blocks = blocks
     assert pick.estimate.median == pytest.approx(500)
-    assert pick_fraction(result) == pytest.approx((700 / 2.4) / result.bound.rate)
+    assert pick_fraction(result) == pytest.approx((700 / 2.4) / scan_bound(result).rate)
 
 
 def test_caps_carry_an_interval_and_caps_inside_it_tie():
@@ -177,7 +178,7 @@ def test_the_bound_of_a_scan_takes_its_interval_from_the_costs_spread():
                         collate=stage([0.1] * 6), max_workers=2)
     noisy = replace(steady, fetch_cpu=stage([0.6, 1.4, 0.8, 1.2, 0.7, 1.3], 10),
                     fetch_wall=stage([0.6, 1.4, 0.8, 1.2, 0.7, 1.3], 10))
-    exact, spread = result_with_stages(steady).bound, result_with_stages(noisy).bound
+    exact, spread = scan_bound(result_with_stages(steady)), scan_bound(result_with_stages(noisy))
     assert exact.low == pytest.approx(exact.rate) == pytest.approx(exact.high)
     assert spread.rate == pytest.approx(exact.rate)  # the same mean cost
     assert spread.low < spread.rate < spread.high
@@ -216,19 +217,19 @@ def test_the_cpu_cap_uses_the_cpu_the_fastest_config_with_workers_used_while_tim
     stages = StageCosts(batch_size=10, device="cpu", fetch_cpu=stage([1.0] * 6, 10), fetch_wall=stage([1.0] * 6, 10),
                         collate=stage([0.1] * 6), max_workers=2)
     result = result_with_stages(stages)
-    profiled = result.bound  # 2 cores over 10 + 0.1 ms of CPU a batch
+    profiled = scan_bound(result)  # 2 cores over 10 + 0.1 ms of CPU a batch
     assert profiled.ceiling.name == "CPU" and profiled.rate == pytest.approx(2 * 10 / (10.1 * MS))
     pick = result.config_result(result.recommendation.config)
     pick.trials[0].cpu_s = 1.5  # 1,200 samples in 3 s: 1.25 ms of CPU a sample, half a core busy
     assert pick.cpu_per_sample == pytest.approx(1.25e-3) and pick.busy_cores == pytest.approx(0.5)
-    measured = result.bound
+    measured = scan_bound(result)
     assert measured.ceiling.name == "CPU" and measured.rate == pytest.approx(2 / 1.25e-3)
     assert "used by w2 pf2 bs10 while timed" in measured.ceiling.detail
     assert measured.stage == DATASET_CPU  # the profile's parts still say whose share is largest
     assert measured.low == measured.high == measured.rate  # one run: one reading, no interval
     in_process = result.configs[0]
     in_process.trials[0].cpu_s = 30.0  # num_workers=0 is not a loader with workers: never used for this cap
-    assert result.bound.rate == pytest.approx(measured.rate)
+    assert scan_bound(result).rate == pytest.approx(measured.rate)
 
 
 def test_the_measured_cpu_cap_spans_its_runs_and_ties_with_a_cap_inside_that_span():
@@ -240,7 +241,7 @@ def test_the_measured_cpu_cap_spans_its_runs_and_ties_with_a_cap_inside_that_spa
     first = result.trials[1]  # the run with workers
     first.cpu_s = 3 * 400 * 3.6e-3
     result.trials.append(replace(first, cpu_s=3 * 400 * 4.4e-3))
-    bound = result.bound
+    bound = scan_bound(result)
     cpu = next(c for c in bound.ceilings if c.name == "CPU")
     assert cpu.rate == pytest.approx(2 / 4.0e-3)  # the runs pooled
     assert cpu.low == pytest.approx(2 / 4.4e-3) and cpu.high == pytest.approx(2 / 3.6e-3)

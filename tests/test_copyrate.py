@@ -5,9 +5,9 @@ import pytest
 import torch
 from rich.console import Console
 
-from loadtune.engine.trial import gpu as gpu
+from loadtune.engine.trial import gpu
 
-from loadtune.engine import probe as probe
+from loadtune.engine import probe
 from loadtune.analysis.copyrate import copy_notes, copy_share, image_tensor
 from loadtune.engine.machine import collect
 from loadtune.model.config import TrialConfig

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import loadtune
-from loadtune.engine import doctor as doctor
+from loadtune.engine import bandwidth, doctor
 from loadtune.engine.trial.prefetch import CUDAPrefetcher
 from loadtune.engine.trial.workload import calibrate
 
@@ -82,7 +82,7 @@ def test_doctor_measures_positive_copy_rates():
     gpu = report.gpus[0]
     assert gpu.error is None and len(gpu.copies) == 2 * 2 * 2
     assert all(c.gbps > 0 and c.low <= c.gbps <= c.high for c in gpu.copies)
-    assert doctor.pinned_peak(torch.device("cuda", 0), 16 << 20) > 0
+    assert bandwidth.pinned_peak(torch.device("cuda", 0), 16 << 20) > 0
 
 
 def test_cuda_step_calibration_lands_near_the_asked_length():

@@ -132,7 +132,7 @@ def test_scan_with_ranks_searches_per_rank_and_goes_on_after_a_failing_config(ra
 def test_default_worker_grid_shares_the_cores_between_ranks(ranked, monkeypatch):
     from dataclasses import replace
 
-    from loadtune.engine import machine as machine
+    from loadtune.engine import machine
     from loadtune.engine.scan import prepare
 
     real = machine.collect

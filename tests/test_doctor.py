@@ -7,9 +7,9 @@ import types
 import pytest
 import torch
 
-from loadtune.engine import doctor as doctor
+from loadtune.engine import doctor
 
-from loadtune.engine.trial import nvml as nvml
+from loadtune.engine.trial import nvml
 from loadtune.engine.doctor import PCIE_LANE_GBPS, link_gbps
 
 from test_cli import run_cli

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from loadtune.engine import machine as machine
+from loadtune.engine import machine
 from loadtune.model.machine import GPUInfo
 from loadtune.model.machine import MachineInfo
 from loadtune.engine.machine import cgroup_cpu_limit, cgroup_v2_dirs, collect, parse_cfs, parse_cpu_max, usable_cores

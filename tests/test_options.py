@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from loadtune.engine import machine as machine
+from loadtune.engine import machine
 from loadtune.search.space import default_workers
 from loadtune.analysis.recommend import NOISE_FLOOR
 from loadtune.engine.scan import DEFAULT_BATCH_SIZE, OptionsError, ScanOptions, prepare, resolve_options

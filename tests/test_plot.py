@@ -15,6 +15,7 @@ from loadtune.cli.app import app
 from loadtune.report.plot import DPI, FIGSIZE, INSTALL_HINT, PlotError, bound_of, plot_data, plot_format, write_plot
 from loadtune.analysis.recommend import recommend
 from loadtune.model.results import ScanResult
+from loadtune.analysis.bound import scan_bound
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SPECS = Path(__file__).parent / "specs"
@@ -49,7 +50,7 @@ def test_knobs_that_vary_name_the_lines(result):
 
 
 def carry_bound(monkeypatch, rate: float, stage: str) -> None:
-    """As if the scan had a stage profile whose bound is ``rate`` (``ScanResult.bound`` derives it)."""
+    """As if the scan had a stage profile whose bound is ``rate`` (``scan_bound`` derives it)."""
     monkeypatch.setattr(ScanResult, "bound", property(lambda self: SimpleNamespace(rate=rate, stage=stage, stages=[stage])))
 
 

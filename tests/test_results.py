@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from loadtune.engine import machine as machine
+from loadtune.engine import machine
 from loadtune.model.config import Skip, TrialConfig
 from loadtune.analysis.recommend import recommend
 from loadtune.model.results import SCHEMA, SCHEMA_VERSION, Block, MemoryUsage, Recommendation, ResultError, ScanResult, SpecInfo, Trial, TrialError, check_writable

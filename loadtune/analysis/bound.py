@@ -314,7 +314,7 @@ def pick_rate(result: "ScanResult") -> float | None:
     """The recommended config's throughput where it can be set against the bound (same batch size).
     Like with like: the bound comes from mean costs, so the pick's long-run rate (``mean_rate``), not
     its median block."""
-    bound, rec = result.bound, result.recommendation
+    bound, rec = scan_bound(result), result.recommendation
     if bound is None or rec is None or rec.config.batch_size != bound.batch_size:
         return None
     pick = result.config_result(rec.config)
@@ -324,4 +324,4 @@ def pick_rate(result: "ScanResult") -> float | None:
 def pick_fraction(result: "ScanResult") -> float | None:
     """The recommended config's throughput as a fraction of the bound."""
     rate = pick_rate(result)
-    return result.bound.fraction(rate) if rate else None
+    return scan_bound(result).fraction(rate) if rate else None

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-# --- from check.py
+
 
 
 from pathlib import Path
 
-from loadtune.engine import calibration as calibration
 from loadtune.model.machine import MachineInfo
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-# --- from check.py
+
 
 
 import math
 import statistics
 
-from loadtune.engine import calibration as calibration
 from loadtune.model.estimate import Estimate, estimate
 from loadtune.model.check import NOTHING, PASS, REGRESSION
 

@@ -12,7 +12,7 @@ import math
 import statistics
 from typing import Any
 
-from loadtune.engine import calibration as calibration
+from loadtune.engine import calibration
 from loadtune.engine import probe as probe_mod
 from loadtune.engine.distributed.layout import DistributedError, setup_for
 from loadtune.engine.distributed.layout import validate as validate_layout

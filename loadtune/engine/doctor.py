@@ -15,13 +15,11 @@ from dataclasses import asdict, dataclass, field
 
 from loadtune.engine import machine as machine_mod
 from loadtune.model.machine import MachineInfo
-from loadtune.engine.trial import nvml as nvml
-from loadtune.model.estimate import estimate
+from loadtune.engine.trial import nvml
+from loadtune.engine.bandwidth import SIZES, CopyRate, copy_rate
 
 # GB/s (10^9 bytes) per lane after encoding: 8b/10b for gen 1-2, 128b/130b for 3-5, FLIT mode for 6
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-SIZES = (1 << 20, 16 << 20, 256 << 20)  # 1, 16, 256 MiB
-MiB = 1 << 20
 
 
 def link_gbps(gen: int | None, width: int | None) -> float | None:
@@ -29,54 +27,6 @@ def link_gbps(gen: int | None, width: int | None) -> float | None:
     if not gen or not width or gen not in PCIE_LANE_GBPS:
         return None
     return PCIE_LANE_GBPS[gen] * width
-
-
-@dataclass
-class CopyRate:
-    """One measured copy rate: median GB/s over ``repeats`` timed copies, with its 95% interval."""
-
-    direction: str  # "h2d" (host to device) or "d2h"
-    memory: str  # "pinned" or "pageable" host memory
-    size_bytes: int
-    gbps: float
-    low: float
-    high: float
-    repeats: int
-
-
-def copy_rate(device, nbytes: int, direction: str = "h2d", pinned: bool = True,
-              repeats: int | None = None, warmup: int = 2) -> CopyRate:
-    """Time ``nbytes`` copied between host and ``device`` with CUDA events around each copy.
-
-    Pinned copies are issued ``non_blocking`` (as a DataLoader with ``pin_memory=True`` and
-    ``.to(device, non_blocking=True)`` would); pageable ones cannot be, the driver stages them."""
-    import torch
-
-    device = torch.device(device)
-    repeats = repeats or max(5, min(50, (1 << 30) // nbytes))  # about 1 GiB per figure, 5 to 50 copies
-    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
-    host.fill_(1)  # touch every page: a pageable buffer's first-touch faults are not the copy's
-    dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    stream = torch.cuda.current_stream(device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    rates = []
-    for i in range(warmup + repeats):
-        start.record(stream)
-        if direction == "h2d":
-            dev.copy_(host, non_blocking=pinned)
-        else:
-            host.copy_(dev, non_blocking=pinned)
-        end.record(stream)
-        end.synchronize()
-        if i >= warmup:
-            rates.append(nbytes / (start.elapsed_time(end) / 1000) / 1e9)
-    est = estimate(rates)
-    return CopyRate(direction, "pinned" if pinned else "pageable", nbytes, est.median, est.low, est.high, repeats)
-
-
-def pinned_peak(device, nbytes: int = 256 * MiB) -> float:
-    """Pinned host-to-device GB/s at a large size: the figure the scan sets achieved rates beside."""
-    return copy_rate(device, nbytes, "h2d", pinned=True).gbps
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 The scan's own process must not create a CUDA context: trials of in-memory datasets are forked
 from it, and CUDA cannot be used in a child forked after it was initialised. So the device's pinned
-copy peak (``doctor.pinned_peak``) and the calibration of ``--step-ms``'s synthetic step run here,
+copy peak (``bandwidth.pinned_peak``) and the calibration of ``--step-ms``'s synthetic step run here,
 in a fresh interpreter, and come back as one line of JSON.
 """
 
@@ -51,7 +51,7 @@ def run(device: str, step_ms: float | None, timeout: float = PROBE_TIMEOUT_S) ->
 def main(argv: list[str]) -> None:
     import torch
 
-    from loadtune.engine.doctor import pinned_peak
+    from loadtune.engine.bandwidth import pinned_peak
     from loadtune.engine.trial.workload import calibrate
 
     device, step_ms = torch.device(argv[0]), float(argv[1])

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from loadtune.engine import calibration as calibration
+from loadtune.engine import calibration
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine import machine as machine_mod
 from loadtune.model.machine import MachineInfo

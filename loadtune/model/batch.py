@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# --- from transfer.py
+
 
 
 from dataclasses import dataclass, field

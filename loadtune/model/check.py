@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-# --- from check.py
+
 
 
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from loadtune.engine import calibration as calibration
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import Trial
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# --- from machine.py
+
 
 
 from dataclasses import asdict, dataclass, field

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from loadtune import __version__
+from loadtune.version import __version__
 from loadtune.model.machine import MachineInfo
 from loadtune.model.config import Skip, TrialConfig
 from loadtune.model.estimate import Estimate, estimate, mean_halfwidth
@@ -532,13 +532,6 @@ class ScanResult:
 
     def config_result(self, config: TrialConfig) -> ConfigResult | None:
         return next((c for c in self.configs if c.config == config), None)
-
-    @property
-    def bound(self):
-        """The highest throughput any config could reach, from the stage costs (``bound.Bound``), or None."""
-        from loadtune.analysis.bound import scan_bound  # bound.py reads this model: imported here, not at the top
-
-        return scan_bound(self)
 
     def to_dict(self) -> dict:
         return {

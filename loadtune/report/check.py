@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-# --- from report.py
+
 
 
 
 from rich.console import Console
 from rich.text import Text
 
-from loadtune.analysis import footprint as footprint
 from loadtune.model.check import PASS, REGRESSION, CheckResult
 from loadtune.report.ci import summary_line
 

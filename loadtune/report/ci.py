@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-# --- from check.py
+
 
 
 import statistics
 from xml.sax.saxutils import escape, quoteattr
 
-from loadtune.engine import calibration as calibration
 from loadtune.model.check import CheckResult, PASS, REGRESSION
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# --- from report.py
+
 
 
 
@@ -11,7 +11,6 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from loadtune.analysis import footprint as footprint
 from loadtune.analysis.compare import Comparison, ConfigDiff
 from loadtune.report.text import ratio_text, spread_text, status_cell
 

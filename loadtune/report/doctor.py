@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# --- from report.py
+
 
 
 from typing import Any
@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from loadtune.analysis import footprint as footprint
 from loadtune.report.text import gbps, short_bytes
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
 from loadtune.model.results import ScanResult, check_writable
+from loadtune.analysis.bound import scan_bound
 
 FORMATS = {".png": "png", ".svg": "svg"}
 INSTALL_HINT = "pip install 'loadtune[plot]'"
@@ -93,8 +94,8 @@ def line_key(config: TrialConfig) -> tuple:
 
 
 def bound_of(result: ScanResult) -> tuple[float, str] | None:
-    """The throughput bound from the scan's stage profile (``ScanResult.bound``), and the stage that sets it."""
-    bound = result.bound
+    """The throughput bound from the scan's stage profile (``scan_bound``), and the stage that sets it."""
+    bound = scan_bound(result)
     if bound is None or not math.isfinite(bound.rate):
         return None
     if getattr(bound, "batch_size", None) not in (None, plot_batch_size(result)):

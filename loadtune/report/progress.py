@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# --- from report.py
+
 
 
 import time
@@ -12,7 +12,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from loadtune.model.config import TrialConfig
-from loadtune.analysis import footprint as footprint
 from loadtune.model.results import ScanResult, Trial
 from loadtune.report.text import rate
 

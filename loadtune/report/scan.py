@@ -13,11 +13,12 @@ from rich.text import Text
 
 from loadtune.analysis.copyrate import copy_notes
 from loadtune.analysis import bound as bound_mod
-from loadtune.analysis import footprint as footprint
+from loadtune.analysis import footprint
 from loadtune.analysis.recommend import noise_floor_of, persistent_saving, snippet
 from loadtune.model.results import ConfigResult, ScanResult, StageCost
 from loadtune.analysis.view import Row, rows as view_rows
 from loadtune.report.text import BAR_WIDTH, STATUS_STYLES, bar, gbps, ms, rate, short_bytes, spread_text, status_cell
+from loadtune.analysis.bound import scan_bound
 
 
 # Any status word gets a colour; one this table does not know yet is shown, in the default style.
@@ -303,7 +304,7 @@ def cost_row(name: str, cost: StageCost | None, per_batch: float | None, note: s
 
 def diagnosis_table(result: ScanResult) -> Table | None:
     """Where the time goes: each stage's cost per batch (measured alone), then the ceilings they set."""
-    st, bound = result.stages, result.bound
+    st, bound = result.stages, scan_bound(result)
     if st is None or bound is None:
         return None
     c = bound_mod.BatchCosts.of(st)
@@ -365,7 +366,7 @@ def persistent_text(result: ScanResult, config) -> str:
 def bound_text(result: ScanResult) -> Text:
     """The panel's lines on the bound: how close the pick is, what limits it (and what ties with it),
     what would move it."""
-    bound = result.bound
+    bound = scan_bound(result)
     out = Text()
     if bound is None:
         return out
@@ -395,7 +396,7 @@ def bound_text(result: ScanResult) -> Text:
 
 def pick_against_bound(result: ScanResult) -> str:
     """How the pick's long-run rate sits against the bound and its interval."""
-    bound, pick = result.bound, bound_mod.pick_rate(result)
+    bound, pick = scan_bound(result), bound_mod.pick_rate(result)
     if pick is None:
         return "; the recommended batch size differs, so it is not compared."
     fraction = bound.fraction(pick)

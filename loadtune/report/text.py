@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-# --- from report.py
+
 
 
 import math
 
 from rich.text import Text
 
-from loadtune.analysis import footprint as footprint
 
 
 BAR_WIDTH = 10

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# --- from search.py
+
 
 
 import random

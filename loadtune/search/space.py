@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# --- from plan.py
+
 
 
 import inspect

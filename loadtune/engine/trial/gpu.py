@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from loadtune.analysis import footprint as footprint
+from loadtune.analysis import footprint
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import GPUUsage
 from loadtune.model.batch import BatchInfo

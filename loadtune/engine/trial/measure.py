@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import DataLoader
 
-from loadtune.engine.trial import gpu as gpu
+from loadtune.engine.trial import gpu
 from loadtune.engine.trial.cpu import tree_cpu_s
 from loadtune.engine.trial.faults import DuplicateDetector
 from loadtune.engine.trial.idle import GPUIdleClock
