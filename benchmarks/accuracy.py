@@ -1,4 +1,4 @@
-"""How accurate is one trial? Each trial's estimate against a 10x longer run of the same config (issue 3).
+"""How accurate is one trial? Each trial's estimate against a 10x longer run of the same config.
 
 ``search_quality.py`` checks only each scan's pick, with the benchmark's short timing. Here every
 trial is one that ``loadtune scan`` would run, at loadtune's *default* timing (1 s warm-up, blocks of
@@ -25,8 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import loadtune  # noqa: F401  before torch: it silences torch's warning about a missing numpy
-from loadtune.engine.trial.measure import LoaderOptions
+from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import check_writable, write_atomic
 from loadtune.engine.trial.harness import run_trial
@@ -35,7 +34,8 @@ from loadtune.engine.scan import ScanOptions, prepare
 from loadtune.engine.spec import SpecRef
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_quality import ARCHETYPE_DIR, ARCHETYPES, load_average, rel_error, spec_batch_size  # noqa: E402
+from meta import run_meta
+from search_quality import ARCHETYPE_DIR, ARCHETYPES, load_average, rel_error, spec_batch_size
 
 TARGET = 0.05
 # Configs per archetype: no workers, the cores' count, and past it (more for the storage-bound
@@ -60,7 +60,7 @@ class Runner:
 
     def run(self, config: TrialConfig, blocks: int | None = None):
         o = self.opts
-        timing, timeout = o.timing(), o.timeout  # exactly a default scan's trial
+        timing, timeout = scan_timing(o), o.timeout  # exactly a default scan's trial
         if blocks is not None:  # a fixed count of blocks, no early stop: the reference
             timeout = max(o.timeout, 4 * (o.warmup + blocks * o.block_time) + 30)
             timing = replace(timing, blocks=blocks, min_blocks=blocks, target_spread=0.0, max_s=timeout * 0.8)
@@ -139,9 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     print(f"accuracy: {', '.join(names)}; {args.rounds} rounds; long runs {args.factor}x the trial's blocks; "
           f"load average {load_average()}", flush=True)
-    document = {"benchmark": "accuracy", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
-                "target_abs_error": TARGET, "archetypes": []}
+    document = {"benchmark": "accuracy", "meta": run_meta(argv), "target_abs_error": TARGET, "archetypes": []}
     for name in names:
         document["archetypes"].append(run_archetype(name, args))
         document["summary"] = summary(document["archetypes"])

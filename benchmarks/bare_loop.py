@@ -35,7 +35,7 @@ def noop_loader(loader_kwargs: dict, shuffle: bool, drop_last: bool, seed: int, 
     )
 
 
-def bare_child(loader_kwargs: dict, shuffle: bool, drop_last: bool, seed: int, start_method: str,
+def bare_child(loader_kwargs: dict, shuffle: bool, drop_last: bool, seed: int, start_method: str,  # noqa: C901 - one child entry, kept whole to mirror the trial harness
                warmup_s: float, duration_s: float, count_with_len: bool, conn) -> None:
     """Run the bare loop in this (trial-like) child: own session, DataLoader workers started with
     ``start_method``; send ``{"samples", "seconds", "rate"}`` or ``{"error"}`` back."""

@@ -1,4 +1,4 @@
-"""How close does the recommended config get to the computed bound, and is the limiting stage right? (SPEC §6)
+"""How close does the recommended config get to the computed bound, and is the limiting stage right?
 
 For each dataset archetype in ``benchmarks/archetypes/`` it runs a default scan (the adaptive search,
 loadtune's own worker range, extended while throughput rises; the stage profile on) with the timing
@@ -27,16 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import loadtune  # before torch: it silences torch's warning about a missing numpy
-import torch
+import loadtune
 from loadtune.analysis.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, pick_fraction, pick_rate
 from loadtune.model.results import ScanResult, check_writable, write_atomic
 from loadtune.analysis.bound import scan_bound
+
+from meta import run_meta
 
 HERE = Path(__file__).resolve().parent
 ARCHETYPES = ["cpu_bound", "storage_latency", "object_store", "large_tensors", "tiny_dataset", "heavy_tail", "iterable"]
@@ -182,10 +182,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.block_time:g} s; load average {load_average()}", flush=True)
     document = {
         "benchmark": "bound",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-                    "loadtune": loadtune.__version__},
+        "meta": run_meta(argv),
         "target_fraction": TARGET,
         "archetypes": [],
     }
@@ -193,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rescore and out.exists():
         previous = json.loads(out.read_text())
         earlier = {r["archetype"]: r for r in previous.get("archetypes", [])}
-        document["measured"] = previous.get("created")
+        document["measured"] = previous.get("meta", {}).get("date", previous.get("created"))  # older files: "created"
     for name in args.names:
         record = run_archetype(name, args, folder, earlier.get(name))
         document["archetypes"].append(record)

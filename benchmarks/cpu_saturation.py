@@ -17,7 +17,6 @@ import argparse
 import time
 import warnings
 
-import loadtune  # noqa: F401  (before torch: it silences torch's warning about a missing numpy)
 import psutil
 from loadtune.engine.spec import SpecRef, load_spec
 from torch.utils.data import DataLoader

@@ -8,7 +8,7 @@ median over blocks; the peak is the scan's own measurement before the trials
 ``--samples`` scans the realistic case too (float32 images collated and pinned by the loader),
 reported without a target: there the host-side copies can be the bound, which the report says.
 
-    PYTHONPATH=. python3 benchmarks/gpu_achieved.py --json benchmarks/gpu_achieved.json
+    PYTHONPATH=. python3 benchmarks/gpu_achieved.py --out benchmarks/gpu_achieved.json
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from gpu_common import machine, require_cuda  # noqa: E402
+from gpu_common import gpu_meta, require_cuda  # noqa: E402  (after the sys.path line above)
 
 TARGET = 0.90
 
@@ -50,9 +50,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", action="store_true", help="also scan the realistic images dataset (no target)")
     parser.add_argument("--quick", action="store_true", help="short trials (a smoke run, not a figure to record)")
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--out", type=Path, metavar="PATH", help="write the figures here")
     args = parser.parse_args()
     require_cuda("gpu_achieved")
+    meta = gpu_meta()
     cases = [scan_case("dataset", [0, 1, 2], 1, args.quick)]
     if args.samples:
         cases.append(scan_case("samples", [0, 2, 4, 8], 128, args.quick))
@@ -65,10 +66,10 @@ def main() -> None:
         verdict = "" if case["factory"] != "dataset" else (" PASS" if frac and frac >= TARGET else " FAIL") + f" (target {TARGET:.0%})"
         print(f"  recommended {case['recommended']}: {case['achieved_gbps'] or 0:.2f} GB/s = "
               f"{frac:.1%} of the peak{verdict}" if frac is not None else "  no achieved rate measured")
-    if args.json:
-        args.json.write_text(json.dumps({"benchmark": "gpu_achieved", "target": TARGET, "machine": machine(),
-                                         "cases": cases}, indent=1) + "\n")
-        print(f"saved to {args.json}")
+    if args.out:
+        args.out.write_text(json.dumps({"benchmark": "gpu_achieved", "meta": meta, "target": TARGET,
+                                        "cases": cases}, indent=1) + "\n")
+        print(f"saved to {args.out}")
 
 
 if __name__ == "__main__":

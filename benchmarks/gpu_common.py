@@ -1,10 +1,10 @@
-"""Shared by the GPU benchmarks: the no-GPU exit and the machine line of each result."""
+"""Shared by the GPU benchmarks: the no-GPU exit and the meta block of each result."""
 
 from __future__ import annotations
 
-import platform
 import sys
-from datetime import datetime, timezone
+
+from meta import run_meta
 
 
 def require_cuda(name: str) -> None:
@@ -18,18 +18,10 @@ def require_cuda(name: str) -> None:
         sys.exit(0)
 
 
-def machine() -> dict:
-    import torch
-
+def gpu_meta() -> dict:
+    """``run_meta()`` with the NVIDIA driver's version, which the machine's facts leave out."""
     from loadtune.engine.trial import nvml
 
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return {
-        "gpu": props.name,
-        "gpu_memory_bytes": props.total_memory,
-        "driver": nvml.query("nvmlSystemGetDriverVersion"),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    meta = run_meta()
+    meta["machine"]["gpu_driver"] = nvml.query("nvmlSystemGetDriverVersion")
+    return meta

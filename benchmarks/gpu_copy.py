@@ -6,7 +6,7 @@ repeats (about 1 GiB moved per figure, 5 to 50 copies) with its 95% interval. Pi
 issued ``non_blocking``; pageable ones are staged by the driver. The PCIe link's theoretical rate
 (NVML generation x width) is printed beside them.
 
-    PYTHONPATH=. python3 benchmarks/gpu_copy.py --json benchmarks/gpu_copy.json
+    PYTHONPATH=. python3 benchmarks/gpu_copy.py --out benchmarks/gpu_copy.json
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_common import machine, require_cuda  # noqa: E402
+from gpu_common import gpu_meta, require_cuda
 
 MiB = 1 << 20
 
@@ -27,9 +27,10 @@ MiB = 1 << 20
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,16,256", help="sizes in MiB (default: 1,16,256)")
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--out", type=Path, metavar="PATH", help="write the figures here")
     args = parser.parse_args()
     require_cuda("gpu_copy")
+    meta = gpu_meta()
     import torch
 
     from loadtune.engine import bandwidth, doctor
@@ -49,10 +50,10 @@ def main() -> None:
     if link:
         print(f"PCIe now gen {link.gen_current} x{link.width_current} ({doctor.link_gbps(link.gen_current, link.width_current)} GB/s), "
               f"max gen {link.gen_max} x{link.width_max} ({doctor.link_gbps(link.gen_max, link.width_max)} GB/s), theoretical each way")
-    if args.json:
-        out = {"benchmark": "gpu_copy", "machine": machine(), "link": asdict(link) if link else None, "copies": rows}
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
-        print(f"saved to {args.json}")
+    if args.out:
+        out = {"benchmark": "gpu_copy", "meta": meta, "link": asdict(link) if link else None, "copies": rows}
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        print(f"saved to {args.out}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ hidden = (copy + step - both) / copy: 1.0 when the copy is wholly overlapped, 0 
 The first batch's copy cannot be hidden (nothing runs before it), so the ceiling is (n - 1) / n.
 Repeats are interleaved (copy, step, both, copy, ...) and each figure is the median. Target: >= 90%.
 
-    PYTHONPATH=. python3 benchmarks/gpu_overlap.py --json benchmarks/gpu_overlap.json
+    PYTHONPATH=. python3 benchmarks/gpu_overlap.py --out benchmarks/gpu_overlap.json
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_common import machine, require_cuda  # noqa: E402
+from gpu_common import gpu_meta, require_cuda
 
 TARGET = 0.90
 
@@ -36,9 +36,10 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=64, help="bytes per batch, MiB (default: 64)")
     parser.add_argument("--batches", type=int, default=100, help="batches per loop (default: 100)")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats (default: 5)")
-    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--out", type=Path, metavar="PATH", help="write the figures here")
     args = parser.parse_args()
     require_cuda("gpu_overlap")
+    meta = gpu_meta()
     import torch
 
     from loadtune.engine.trial.prefetch import CUDAPrefetcher
@@ -86,13 +87,13 @@ def main() -> None:
     print(f"  both      {both * 1000:.3f} ms (stream strategy: CUDAPrefetcher)")
     verdict = "PASS" if hidden >= TARGET else "FAIL"
     print(f"  hidden {hidden:.1%} of the copy time (ceiling {ceiling:.0%}): {verdict} (target {TARGET:.0%})")
-    if args.json:
-        args.json.write_text(json.dumps({
-            "benchmark": "gpu_overlap", "target": TARGET, "machine": machine(), "batch_mib": args.mib,
+    if args.out:
+        args.out.write_text(json.dumps({
+            "benchmark": "gpu_overlap", "meta": meta, "target": TARGET, "batch_mib": args.mib,
             "batches": args.batches, "repeats": args.repeats, "workload": work.to_dict(),
             "seconds_per_batch": figures, "copy_s": copy, "step_s": step_t, "both_s": both, "hidden": hidden,
         }, indent=1) + "\n")
-        print(f"saved to {args.json}")
+        print(f"saved to {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""loadtune's own loop overhead: its reported samples/s against a bare DataLoader loop (issue 2).
+"""loadtune's own loop overhead: its reported samples/s against a bare DataLoader loop (target: >= 98%).
 
 For each config, and for several interleaved repeats, isolated child processes run over the same
 near-no-op dataset (benchmarks/noop_dataset.py) with the same DataLoader arguments:
@@ -23,7 +23,7 @@ loop by a few percent and flatter loadtune (``--bare-count len`` shows it).
 ``--diagnose`` adds a third arm, loadtune with its parent-side memory sampler switched off
 (monkeypatched in this process only), to separate the sampler's cost from the timing loop's.
 
-    python benchmarks/overhead.py --json benchmarks/overhead.json
+    python benchmarks/overhead.py --out benchmarks/overhead.json
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
 from pathlib import Path
 from unittest import mock
+
+from meta import run_meta
 
 HERE = Path(__file__).resolve().parent
 SPEC_PATH = HERE / "noop_dataset.py"
@@ -118,6 +119,7 @@ def run_bare(case: Case, loader_options, start_method: str, warmup_s: float, dur
 
 def run_loadtune(case: Case, request_base: dict, sampler: bool = True) -> dict:
     from loadtune.engine.trial import harness as runner
+    from loadtune.engine.trial.protocol import TrialRequest
     from loadtune.model.config import TrialConfig
     from loadtune.engine.spec import SpecRef
 
@@ -230,7 +232,7 @@ def describe_timing(timing) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", metavar="PATH", help="write all figures (every repeat, every block) here")
+    parser.add_argument("--out", metavar="PATH", help="write all figures (every repeat, every block) here")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats per config (default 5)")
     parser.add_argument("--cases", help="comma-separated subset of config names, e.g. 'w0 bs64,w0 bs16'")
     parser.add_argument("--diagnose", action="store_true",
@@ -245,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
 
-    from loadtune.engine import machine  # first: loadtune silences torch's "Failed to initialize NumPy" warning
+    from loadtune.engine import machine
     from loadtune.engine.trial.measure import LoaderOptions, Timing
     from loadtune.engine.scan import ScanOptions
 
@@ -265,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Everything loadtune's side gets is what a default scan gives a trial (scan.execute).
     opts = ScanOptions()
+    meta = run_meta(argv)
     info = machine.collect()
     timing = default_timing(opts, Timing)
     loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
@@ -325,12 +328,10 @@ def main(argv: list[str] | None = None) -> int:
           + ("holds for every config" if holds else "missed for " + ", ".join(s["name"] for s in summaries if not s["meets_target"])))
     print(f"total {elapsed:.0f} s; load average after: {' '.join(f'{x:.2f}' for x in load_after)}")
 
-    if args.json:
+    if args.out:
         doc = {
             "benchmark": "loadtune/overhead",
-            "command": " ".join(["python", *sys.argv]),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": info.to_dict(),
+            "meta": meta,
             "timing": asdict(timing),
             "bare_window_s": duration_s,
             "bare_count": "len(batch)" if count_with_len else "batch.shape[0]",
@@ -344,8 +345,8 @@ def main(argv: list[str] | None = None) -> int:
             "load_average_after": load_after,
             "results": summaries,
         }
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-        print(f"figures written to {args.json}")
+        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"figures written to {args.out}")
     return 0 if holds else 1
 
 

@@ -12,7 +12,7 @@ alternate their A and B every half second or second, so drift cancels, and each 
            ``run_trial`` does (every 50 ms poll) in even 1 s windows and stays idle in odd ones.
            Each on-window's rate is compared with the mean of its two neighbouring off-windows.
 
-    python benchmarks/overhead_parts.py --json overhead_parts.json
+    python benchmarks/overhead_parts.py --out overhead_parts.json
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
+
+from meta import run_meta
 
 HERE = Path(__file__).resolve().parent
 SPEC_PATH = HERE / "noop_dataset.py"
@@ -42,6 +43,27 @@ def quartiles(xs: list[float]) -> dict:
     return {"q1": q1, "median": med, "q3": q3, "n": len(xs)}
 
 
+def loadtune_phase(meter, phase_s: float) -> float:
+    """One ``Meter.phase`` of ``phase_s``: loadtune's timing loop, as a trial runs it."""
+    meter.mark = time.perf_counter()  # phases are contiguous: the bare phase just run is not loadtune's
+    block = meter.phase(phase_s)
+    return block.samples / block.seconds
+
+
+def bare_phase(loader, phase_s: float) -> float:
+    """What a user would write: ``for batch in loader`` until ``phase_s`` has passed."""
+    clock = time.perf_counter
+    start, samples, end = clock(), 0, None
+    while end is None:
+        for batch in loader:
+            now = clock()
+            samples += batch.shape[0]
+            if now - start >= phase_s:
+                end = now
+                break
+    return samples / (end - start)
+
+
 def loop_part(name: str, pairs: int, phase_s: float) -> dict:
     import torch
 
@@ -57,33 +79,15 @@ def loop_part(name: str, pairs: int, phase_s: float) -> dict:
     meter = Meter(make_loader(spec, config, options), make_consumer(spec, config, cpu), device_sync(cpu),
                   SampleCounter(spec, config, options.drop_last))
     bare_loader = make_loader(spec, config, options)  # same arguments, its own workers
-
-    def loadtune_phase() -> float:
-        meter.mark = time.perf_counter()  # phases are contiguous: the bare phase just run is not loadtune's
-        block = meter.phase(phase_s)
-        return block.samples / block.seconds
-
-    def bare_phase() -> float:
-        clock = time.perf_counter
-        start, samples, end = clock(), 0, None
-        while end is None:
-            for batch in bare_loader:
-                now = clock()
-                samples += batch.shape[0]
-                if now - start >= phase_s:
-                    end = now
-                    break
-        return samples / (end - start)
-
     meter.startup()
     meter.phase(1.0, 5)
-    bare_phase()
+    bare_phase(bare_loader, phase_s)
     ours, bare, ratios = [], [], []
     for i in range(pairs):
         if i % 2:
-            a, b = loadtune_phase(), bare_phase()
+            a, b = loadtune_phase(meter, phase_s), bare_phase(bare_loader, phase_s)
         else:
-            b, a = bare_phase(), loadtune_phase()
+            b, a = bare_phase(bare_loader, phase_s), loadtune_phase(meter, phase_s)
         ours.append(a)
         bare.append(b)
         ratios.append(a / b)
@@ -158,20 +162,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=30, help="sampler part: 1 s windows, half on (default 30)")
     parser.add_argument("--interval", type=float, metavar="S",
                         help="sampler part: MemorySampler interval_s to try (default: loadtune's own)")
-    parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--out", metavar="PATH", help="write all figures here")
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",")]
     cases = [c.strip() for c in args.cases.split(",")]
     if any(p not in ("loop", "sampler") for p in parts) or any(c not in CASES for c in cases):
         parser.error("unknown part or case")
 
-    import loadtune  # noqa: F401 - silences torch's numpy warning before torch is imported
     import torch
 
     print(f"torch {torch.__version__}, {os.cpu_count()} logical cores; load average before "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     began = time.monotonic()
-    out: dict = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(["python", *sys.argv])}
+    out: dict = {"meta": run_meta(argv)}
     if "loop" in parts:
         print("\nloop: Meter.phase vs bare loop, same config, one process, alternating 0.5 s phases")
         print(f"  {'config':<22}{'us/batch':>9}{'Meter.phase':>14}{'bare':>12}   paired ratio median (q1-q3)")
@@ -199,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     out["load_average_after"] = os.getloadavg()
     out["elapsed_s"] = time.monotonic() - began
     print(f"\ntotal {out['elapsed_s']:.0f} s; load average after " + " ".join(f"{x:.2f}" for x in out["load_average_after"]))
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
-        print(f"figures written to {args.json}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+        print(f"figures written to {args.out}")
     return 0
 
 

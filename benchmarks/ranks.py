@@ -1,4 +1,4 @@
-"""Tuning for several ranks per node against copying the single-loader pick to every rank (issue 9).
+"""Tuning for several ranks per node against copying the single-loader pick to every rank.
 
 On a CPU-bound dataset (benchmarks/archetypes/cpu_bound.py), in one process and one session:
 
@@ -11,8 +11,8 @@ c. side by side, interleaved in a shuffled order over ``--repeats`` rounds, both
    synchronous training) and the aggregate (sum of the ranks' rates over the window). Target: the
    per-rank pick at least matches the naive copy, and beats it where they differ.
 
-    python benchmarks/ranks.py --json benchmarks/ranks.json
-    python benchmarks/ranks.py --quick --json /tmp/ranks.json      # a smoke run, about a minute and a half
+    python benchmarks/ranks.py --out benchmarks/ranks.json
+    python benchmarks/ranks.py --quick --out /tmp/ranks.json       # a smoke run, about a minute and a half
 
 The figures are throughputs on this machine: run it on an otherwise idle machine. The load average
 at the start and the end is recorded so that a noisy run can be recognised.
@@ -23,21 +23,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-import loadtune  # before torch: it silences torch's warning about a missing numpy
+import loadtune
 from loadtune.engine.distributed.layout import setup_for
 from loadtune.engine.machine import usable_cores
-from loadtune.engine.trial.measure import LoaderOptions
+from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.spec import SpecRef
+
+from meta import run_meta
 
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "archetypes" / "cpu_bound.py"
@@ -53,7 +52,7 @@ def options(quick: bool) -> dict:
 def side_by_side(configs: dict, ranks: int, opts: dict, repeats: int, seed: int) -> dict:
     """Each config on ``ranks`` ranks, ``repeats`` times, interleaved in a shuffled order."""
     scan_opts = loadtune.ScanOptions(**{k: v for k, v in opts.items() if k in loadtune.ScanOptions.__dataclass_fields__})
-    timing = scan_opts.timing()
+    timing = scan_timing(scan_opts)
     source = SpecRef.parse(SPEC)
     setup = setup_for(ranks, 1, 0, "cpu", scan_opts.blocks * scan_opts.block_time, source)
     runs: dict[str, list] = {name: [] for name in configs}
@@ -96,11 +95,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="side-by-side rounds (default 5)")
     parser.add_argument("--quick", action="store_true", help="short timings and 2 rounds: a smoke run")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None, help="write every figure here")
+    parser.add_argument("--out", type=Path, metavar="PATH", help="write every figure here")
     args = parser.parse_args()
     repeats = 2 if args.quick else args.repeats
     opts = options(args.quick)
     started, load_start = time.monotonic(), os.getloadavg()[0]
+    meta = run_meta()
     print(f"{SPEC.name}: {usable_cores()} usable cores, load average {load_start:.2f}", flush=True)
 
     single = loadtune.scan(str(SPEC), seed=args.seed, **opts)
@@ -123,10 +123,9 @@ def main() -> None:
         print(f"per-rank pick / single-rank copy: in step {ratios['in_step']:.2f}x, aggregate {ratios['aggregate']:.2f}x")
     out = {
         "benchmark": "ranks",
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "machine": {"usable_cores": usable_cores(), "cpu": platform.processor() or platform.machine(),
-                    "load_average_start": load_start, "load_average_end": os.getloadavg()[0]},
+        "meta": meta,
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg()[0],
         "ranks": args.ranks,
         "options": opts,
         "single_rank_pick": single.recommendation.config.label(),
@@ -137,9 +136,9 @@ def main() -> None:
         "scans": {"single": single.to_dict(), "ranks": multi.to_dict()},
         "wall_s": time.monotonic() - started,
     }
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
-        print(f"written to {args.json}")
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        print(f"written to {args.out}")
 
 
 if __name__ == "__main__":

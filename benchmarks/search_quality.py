@@ -1,4 +1,4 @@
-"""How good is the default (adaptive) search? A benchmark against the exhaustive grid (SPEC §4-§6).
+"""How good is the default (adaptive) search? A benchmark against the exhaustive grid.
 
 For each dataset archetype in ``benchmarks/archetypes/`` it runs, in one process and one session:
 
@@ -38,15 +38,13 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import loadtune  # before torch: it silences torch's warning about a missing numpy
-import torch
+import loadtune
 from loadtune.engine.trial.measure import LoaderOptions, Timing
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ScanResult, Trial, check_writable, write_atomic
@@ -55,6 +53,9 @@ from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.scan import DEFAULT_BATCH_SIZE, prepare
 from loadtune.engine.spec import SpecRef
 from loadtune.model.estimate import estimate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from meta import run_meta
 
 HERE = Path(__file__).resolve().parent
 ARCHETYPE_DIR = HERE / "archetypes"
@@ -463,7 +464,8 @@ def print_overall(records: list[dict], summary: dict, wall: float) -> None:
             f"{mark(v['reproducibility'])}",
             f"{r['scans']['grid']['pick_label']} | {r['scans']['adaptive']['pick_label']} | {r['scans']['adaptive_2']['pick_label']}",
         ])
-    print_table(rows, ["archetype", "wall s g/a", "trials g/a", "pick/best", "wall ratio", "accuracy", "repro", "picks: grid | adaptive | adaptive#2"])
+    print_table(rows, ["archetype", "wall s g/a", "trials g/a", "pick/best", "wall ratio", "accuracy", "repro",
+                       "picks: grid | adaptive | adaptive#2"])
     n = summary["targets_total"]
     met = summary["targets_met"]
     print(f"  pick/best: geomean {fmt(summary['pick_ratio_geomean'], '.3f')}, min {fmt(summary['pick_ratio_min'], '.3f')} "
@@ -529,15 +531,14 @@ def main(argv: list[str] | None = None) -> int:
     check_writable(out)  # fail now, not after the whole run
     started = time.monotonic()
     print(f"search quality: {', '.join(args.names)}; grid workers {args.workers} x prefetch {args.prefetch} x persistent "
-          f"on/off x batch scale {args.batch_scale}{' x in_order' if args.allow_reorder else ''}; adaptive workers: {args.adaptive_workers}; warmup {args.warmup:g} s, blocks {args.min_blocks}-{args.blocks} "
+          f"on/off x batch scale {args.batch_scale}{' x in_order' if args.allow_reorder else ''}; "
+          f"adaptive workers: {args.adaptive_workers}; warmup {args.warmup:g} s, blocks {args.min_blocks}-{args.blocks} "
           f"x {args.block_time:g} s; {args.repeats} side-by-side repeats; accuracy runs {args.long_factor}x blocks; "
           f"load average {load_average()}", flush=True)
     document = {
         "benchmark": "search_quality",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-                    "loadtune": loadtune.__version__, "load_average": load_average()},
+        "meta": run_meta(argv),
+        "load_average": load_average(),
         "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "targets": {"pick_ratio_min": TARGET_PICK_RATIO, "wall_ratio_max": TARGET_WALL_RATIO,
                     "accuracy_abs_max": TARGET_ACCURACY, "reproducibility_max": TARGET_REPRO},
@@ -551,7 +552,6 @@ def main(argv: list[str] | None = None) -> int:
         records.append(record)
         print_archetype(record)
         document["archetypes"] = records
-        document["machine"]["usable_cores"] = records[0]["full_results"]["grid"]["machine"].get("usable_cores")
         document["overall"] = overall(records)
         document["wall_s"] = time.monotonic() - started
         write_atomic(out, json.dumps(document, indent=1, default=str) + "\n")

@@ -13,7 +13,7 @@ from loadtune.version import __version__
 
 _EXPORTS = {
     "scan": "loadtune.engine.scan",
-    "ScanOptions": "loadtune.engine.scan",
+    "ScanOptions": "loadtune.model.settings",
     "SpecError": "loadtune.engine.spec",
     "load_spec": "loadtune.engine.spec",
     "ScanResult": "loadtune.model.results",
@@ -25,11 +25,12 @@ _EXPORTS = {
 __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
-    from loadtune.engine.scan import ScanOptions, scan
+    from loadtune.engine.scan import scan
     from loadtune.engine.spec import SpecError, load_spec
     from loadtune.engine.trial.prefetch import CUDAPrefetcher
     from loadtune.model.config import TrialConfig
     from loadtune.model.results import ScanResult, Trial
+    from loadtune.model.settings import ScanOptions
 
 
 def __getattr__(name: str) -> Any:

@@ -1,11 +1,84 @@
-"""Every test must leave no process of its own behind (trial children, DataLoader workers), and no
-shared-memory segment in /dev/shm (where DataLoader workers hand batches over)."""
+"""The tests' shared helpers, and the check that every test leaves no process of its own behind
+(trial children, DataLoader workers) and no shared-memory segment in /dev/shm (where DataLoader
+workers hand batches over).
 
+Tests that start processes (trials, CLI subprocesses, DataLoader workers, scans) are marked ``slow``:
+``pytest -m "not slow"`` runs the rest, pure and quick."""
+
+import functools
 import os
+import random
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
+
+from loadtune.engine.machine import collect
+from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.model.results import Block, MemoryUsage, ScanResult, SpecInfo, Trial
+from loadtune.model.settings import ScanSettings
+
+SPECS = Path(__file__).parent / "specs"  # datasets built to show one behaviour each
+FIXTURES = Path(__file__).parent / "fixtures"  # saved results
+# scans and trials of a few short blocks: the tests check what they do, not what they measure
+QUICK = ["--warmup", "0.2", "--block-time", "0.1", "--blocks", "3", "--timeout", "30"]
+QUICK_TIMING = Timing(warmup_s=0.1, block_s=0.1, blocks=3, max_s=40)
+
+
+def run_cli(*args, cwd=None, env=None, timeout=300):
+    """``python -m loadtune ARGS`` in a subprocess, its output captured. 200 columns: rich wraps no
+    line a test looks for; Python's own warnings stay out of stderr."""
+    full_env = {**os.environ, "COLUMNS": "200", "PYTHONWARNINGS": "ignore", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "loadtune", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=full_env, timeout=timeout)
+
+
+def quick_request(config, timing=QUICK_TIMING, timeout=60.0):
+    """A trial of ``config`` on the CPU, samples in order, workers forked."""
+    return TrialRequest(config, "cpu", timing, LoaderOptions(shuffle=False), timeout, "fork")
+
+
+def flat(text):
+    """Text with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+@functools.cache
+def machine_info():
+    return collect()
+
+
+def empty_result():
+    """A scan result with nothing measured yet, for a search strategy to propose from."""
+    spec = SpecInfo(None, None, None, "D", 1000, False, False, False)
+    return ScanResult(spec=spec, machine=machine_info(), settings=ScanSettings())
+
+
+def fake_trial(config, rate, noise=0.005, epochs=0, rng=None):
+    """A finished trial of ``config`` at about ``rate`` samples/s, as if measured."""
+    rng = rng or random.Random(0)
+    blocks = [Block(int(rate * (1 + rng.uniform(-noise, noise))), 10, 1.0, epochs) for _ in range(5)]
+    memory = MemoryUsage(200 * 2**20 + 40 * 2**20 * config.num_workers, 1 + config.num_workers, "pss")
+    return Trial(config, "ok", startup_s=0.05, warmup=Block(10, 1, 0.1, epochs), blocks=blocks, memory=memory)
+
+
+def drive(strategy, rate_of, epochs=0, limit=200, noise=0.005):
+    """Run a strategy against a synthetic landscape until it proposes nothing; returns the result."""
+    result = empty_result()
+    rng = random.Random(0)  # each run its own noise, whatever ran before it
+    for _ in range(limit):
+        proposals = strategy.propose(result)
+        if not proposals:
+            return result
+        p = proposals[0]
+        trial = fake_trial(p.config, rate_of(p.config), noise=noise, epochs=epochs, rng=rng)
+        trial.round = p.round
+        result.trials.append(trial)
+    raise AssertionError("the strategy never stopped proposing")
 
 # multiprocessing's own long-lived helpers, started once per test session, are not leaks
 HELPERS = ("forkserver", "resource_tracker", "semaphore_tracker")
@@ -91,7 +164,6 @@ def interrupt_when(cmd, ready, tmp_path, **popen):
     server) multiprocessing's helpers outlive the CLI holding its output open (noted, not yet fixed),
     and a pipe reader would wait for them. Whatever is left of the group is killed afterwards."""
     import signal
-    import subprocess
 
     out, err = (tmp_path / "cli.out").open("w+"), (tmp_path / "cli.err").open("w+")
     proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, start_new_session=True, preexec_fn=with_ctrl_c, **popen)

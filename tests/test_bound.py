@@ -1,4 +1,5 @@
-"""The bound arithmetic (loadtune/bound.py, SPEC §6): pure functions of stage costs, no processes."""
+"""The bound arithmetic (loadtune/analysis/bound.py): the highest throughput the stage costs allow and
+the stage that sets it, as pure functions of stage costs, no processes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from loadtune.analysis.bound import COLLATION, COPY, DATASET_CPU, HANDOFF, IO_WA
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.recommend import recommend
 from loadtune.model.results import Block, MemoryUsage, ScanResult, SpecInfo, StageCost, StageCosts, Trial
+from loadtune.model.settings import ScanSettings
 from loadtune.analysis.bound import scan_bound
 
 MS = 1e-3
@@ -114,7 +116,7 @@ def result_with_stages(stages: StageCosts | None) -> ScanResult:
     info.usable_cores = 2
     return ScanResult(
         spec=SpecInfo(None, None, None, "D", 100, False, False, False), machine=info,
-        settings={"options": {"shuffle": True, "drop_last": False}, "device": "cpu", "references": []},
+        settings=ScanSettings(),
         trials=[base, trial], recommendation=recommend([base, trial]), stages=stages, state="complete",
     )
 

@@ -7,23 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import first_trial_saved, interrupt_when
+from conftest import FIXTURES, QUICK, SPECS, first_trial_saved, flat, interrupt_when, run_cli
 
 import loadtune
 from loadtune.model.results import ScanResult
 
-SPECS = Path(__file__).parent / "specs"
-QUICK = ["--warmup", "0.2", "--block-time", "0.1", "--blocks", "3", "--timeout", "30"]
 
-
-def run_cli(*args, cwd=None, timeout=240):
-    env = {**os.environ, "COLUMNS": "100", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
-        [sys.executable, "-m", "loadtune", *map(str, args)],
-        capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout,
-    )
-
-
+@pytest.mark.slow
 def test_scan_end_to_end_table_snippet_and_json(tmp_path):
     out = tmp_path / "result.json"
     proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--json", out,
@@ -61,6 +51,7 @@ def test_scan_end_to_end_table_snippet_and_json(tmp_path):
     assert run_cli("show", tmp_path / "missing.json").returncode == 2
 
 
+@pytest.mark.slow
 def test_reference_default_config_is_measured_when_grid_lacks_it(tmp_path):
     out = tmp_path / "r.json"
     proc = run_cli("scan", SPECS / "tiny.py", "--workers", "1", "--prefetch", "2", "--no-persistent", "--json", out, "-q", *QUICK)
@@ -84,6 +75,7 @@ def test_reference_default_config_is_measured_when_grid_lacks_it(tmp_path):
         (["--json", "/nonexistent-folder/x.json"], "does not exist"),
     ],
 )
+@pytest.mark.slow
 def test_invalid_flags_are_refused_before_any_work(tmp_path, args, needle):
     proc = run_cli("scan", SPECS / "tiny.py", *args, cwd=tmp_path)
     assert proc.returncode == 2
@@ -92,6 +84,7 @@ def test_invalid_flags_are_refused_before_any_work(tmp_path, args, needle):
     assert not (tmp_path / "loadtune.json").exists()  # refused before a result was started
 
 
+@pytest.mark.slow
 def test_spec_errors_exit_2_naming_file_and_line(tmp_path):
     missing = run_cli("scan", tmp_path / "nope.py")
     assert missing.returncode == 2 and "nope.py" in missing.stderr and "no such spec file" in missing.stderr
@@ -114,11 +107,12 @@ def test_spec_errors_exit_2_naming_file_and_line(tmp_path):
         assert "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_every_trial_failing_exits_3_with_the_dataset_error(tmp_path):
     out = tmp_path / "f.json"
     proc = run_cli("scan", SPECS / "failing.py", "--workers", "0,1", "--prefetch", "2", "--no-persistent", "--json", out, "-q", *QUICK)
     assert proc.returncode == 3
-    text = " ".join(proc.stdout.split())  # rich wraps long lines at the terminal width
+    text = flat(proc.stdout)
     assert "Every trial failed the same way: the dataset raised ValueError at index 77" in text
     assert "corrupt record at index 77" in text
     data = json.loads(out.read_text())
@@ -126,6 +120,7 @@ def test_every_trial_failing_exits_3_with_the_dataset_error(tmp_path):
     assert data["recommendation"] is None
 
 
+@pytest.mark.slow
 def test_factory_selection_and_console_script(tmp_path):
     spec = tmp_path / "two_sets.py"
     spec.write_text(
@@ -137,7 +132,7 @@ def test_factory_selection_and_console_script(tmp_path):
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "loadtune"]
     proc = subprocess.run(
         [*cmd, "scan", f"{spec}:make_val_set", "--workers", "0", "--batch-size", "4", "--json", tmp_path / "v.json", "-q", *QUICK],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "v.json").read_text())["spec"]["factory"] == "make_val_set"
@@ -153,6 +148,7 @@ class Doubling:  # not a torch Dataset: any object with __len__ and __getitem__ 
         return torch.tensor([2.0 * i])
 
 
+@pytest.mark.slow
 def test_python_api_with_an_in_memory_dataset(tmp_path):
     result = loadtune.scan(
         Doubling(), workers=[0, 1], prefetch=[2], persistent=False, batch_size=8,
@@ -164,6 +160,7 @@ def test_python_api_with_an_in_memory_dataset(tmp_path):
     assert ScanResult.load(tmp_path / "api.json").to_dict()["trials"] == result.to_dict()["trials"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_and_saves_the_finished_trials(tmp_path):
     out = tmp_path / "partial.json"
     cmd = [sys.executable, "-m", "loadtune", "scan", str(SPECS / "tiny.py"), "--workers", "0,1,2", "--prefetch", "2,4",
@@ -177,9 +174,6 @@ def test_ctrl_c_prints_and_saves_the_finished_trials(tmp_path):
     assert data["state"] == "interrupted"
     assert 1 <= len(data["trials"]) < 9
     assert all(t["status"] == "ok" for t in data["trials"])  # the trial cut short is not saved as a result
-
-
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def show(*args):
@@ -236,6 +230,7 @@ def test_show_two_scans_compares_them(tmp_path):
         assert proc.exit_code == 2 and needle in proc.stderr and isinstance(proc.exception, SystemExit), args
 
 
+@pytest.mark.slow
 def test_scan_format_json_writes_only_the_result_to_stdout(tmp_path):
     out = tmp_path / "r.json"
     proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0", "--json", out, "--format", "json", *QUICK)
@@ -245,6 +240,7 @@ def test_scan_format_json_writes_only_the_result_to_stdout(tmp_path):
     assert "Saved to" in proc.stderr and "Recommendation" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_scan_quiet_prints_only_the_recommendation(tmp_path):
     proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0", "--json", tmp_path / "r.json", "--quiet", *QUICK)
     assert proc.returncode == 0, proc.stderr

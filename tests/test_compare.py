@@ -3,9 +3,9 @@
 import json
 import math
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 from rich.console import Console
 
 from loadtune.analysis.compare import FASTER, ONLY_A, ONLY_B, SAME, SLOWER, UNMEASURED, compare, diff_config, judge, pair_configs, select_diffs
@@ -15,8 +15,6 @@ from loadtune.report.text import rate
 from loadtune.model.results import Block, ConfigResult, ScanResult, Trial, TrialError
 from loadtune.model.estimate import estimate
 from loadtune.analysis.view import Filters, ViewError
-
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def measured(config, rates):
@@ -96,7 +94,7 @@ def test_machine_device_and_dataset_differences_are_named():
     b = load("tiny_scan.json")
     b.machine = replace(b.machine, usable_cores=a.machine.usable_cores + 6, torch="9.9.9", load_average=0.0)
     a.machine = replace(a.machine, load_average=0.0)
-    b.settings = {**b.settings, "device": "cuda:0"}
+    b.settings = replace(b.settings, device="cuda:0")
     b.spec = replace(b.spec, sha256="0" * 64)
     cmp = compare(a, b)
     text = " ".join(cmp.settings)

@@ -14,6 +14,7 @@ from loadtune.model.config import TrialConfig
 from loadtune.analysis.recommend import recommend
 from loadtune.report.scan import print_report
 from loadtune.model.results import Block, GPUUsage, MemoryUsage, ScanResult, SpecInfo, Trial
+from loadtune.model.settings import ScanSettings
 from loadtune.model.batch import BatchInfo
 
 IMAGES = BatchInfo(64 * 3 * 224 * 224 * 4 + 64 * 8, [("float32", [64, 3, 224, 224]), ("int64", [64])])
@@ -23,7 +24,7 @@ BATCH_BYTES = IMAGES.nbytes
 def gpu_result(gbps_of, peak=25.0, batch=IMAGES, step=True):
     """A scan on a (pretend) GPU: each config moves batches at ``gbps_of(config)`` GB/s."""
     spec = SpecInfo(None, None, None, "Images", 10_000, False, step, False)
-    result = ScanResult(spec=spec, machine=collect(), settings={"device": "cuda:0", "references": [], "options": {"shuffle": True, "drop_last": False}},
+    result = ScanResult(spec=spec, machine=collect(), settings=ScanSettings(device="cuda:0"),
                         h2d_peak_gbps=peak)
     for config in (TrialConfig(64, 0, False, None, False, "sync"), TrialConfig(64, 4, True, 2, True, "non_blocking"),
                    TrialConfig(64, 4, True, 2, True, "stream")):
@@ -101,6 +102,7 @@ def test_pinned_estimate_is_batch_bytes_times_batches_in_flight():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
+@pytest.mark.slow
 def test_probe_without_a_gpu_reports_an_error_instead_of_raising():
     got = probe.run("cuda:0", 5.0, timeout=120)
     assert got.error and got.workload is None and got.h2d_peak_gbps is None

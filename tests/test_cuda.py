@@ -2,10 +2,10 @@
 
 import statistics
 from collections import namedtuple
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import SPECS
 from torch.utils.data import DataLoader, Dataset
 
 import loadtune
@@ -14,7 +14,6 @@ from loadtune.engine.trial.prefetch import CUDAPrefetcher
 from loadtune.engine.trial.workload import calibrate
 
 pytestmark = pytest.mark.cuda
-SPECS = Path(__file__).parent / "specs"
 Sample = namedtuple("Sample", "image meta")
 
 
@@ -33,6 +32,7 @@ def expected(i):
 
 
 @pytest.mark.parametrize("pin", [True, False])
+@pytest.mark.slow
 def test_prefetcher_moves_nested_batches_intact(pin):
     loader = DataLoader(Nested(), batch_size=8, num_workers=2, pin_memory=pin)
     seen = 0
@@ -99,11 +99,12 @@ def test_cuda_step_calibration_lands_near_the_asked_length():
     assert 5 / 3 <= statistics.median(took) <= 5 * 3
 
 
+@pytest.mark.slow
 def test_scan_searches_transfer_strategies_on_the_gpu(tmp_path):
     result = loadtune.scan(SPECS / "tiny.py", workers=[0, 2], prefetch=[2], persistent=False, search="grid",
                            warmup=0.2, block_time=0.1, blocks=3, confirm=0, step_ms=2, json_path=tmp_path / "r.json")
     assert result.h2d_peak_gbps and result.h2d_peak_gbps > 0
-    assert result.settings["step"]["device_type"] == "cuda"
+    assert result.settings.step["device_type"] == "cuda"
     assert {t.config.transfer for t in result.trials} == {"sync", "non_blocking", "stream"}
     assert not any(t.config.transfer == "non_blocking" and not t.config.pin_memory for t in result.trials)
     for trial in result.trials:

@@ -1,4 +1,4 @@
-"""Several ranks per node (issue 9): ranks launched by torch.distributed's elastic agent with gloo on
+"""Several ranks per node: ranks launched by torch.distributed's elastic agent with gloo on
 the CPU, each over its own shard; per-rank figures; a failing rank named; torchrun detected."""
 
 from __future__ import annotations
@@ -12,22 +12,24 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import QUICK_TIMING, SPECS, live_group_members, quick_request, run_cli
 
-from loadtune.engine.distributed import layout as distributed
-from loadtune.engine.distributed.agent import free_port
-from loadtune.engine.distributed.layout import RankSetup, adopt_launcher, gather_nodes, launcher_env, node_json_path
-from loadtune.engine.trial.measure import LoaderOptions, Timing
-from loadtune.model.config import TrialConfig
 from loadtune.analysis.recommend import recommend, snippet
-from loadtune.model.results import Block, RankFigures, ScanResult, Trial
-from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.engine.distributed import layout as distributed
+from loadtune.engine.distributed.agent import free_port, with_ranks
+from loadtune.engine.distributed.layout import (
+    adopt_launcher,
+    gather_nodes,
+    launcher_env,
+    node_json_path,
+)
 from loadtune.engine.spec import SpecRef
+from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.protocol import RankSetup, TrialRequest
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import Block, RankFigures, ScanResult, Trial
 
-from conftest import live_group_members
-
-SPECS = Path(__file__).parent / "specs"
-QUICK = Timing(warmup_s=0.1, block_s=0.1, blocks=3, max_s=40)
 TWO = RankSetup(nproc_per_node=2, window_s=0.3)
 
 
@@ -48,11 +50,12 @@ def fetched(folder: Path) -> dict[str, set[int]]:
 
 
 def run_ranks_trial(folder: Path, factory: str, config: TrialConfig, setup: RankSetup = TWO, pids=None) -> Trial:
-    request = TrialRequest(config, "cpu", QUICK, LoaderOptions(shuffle=False), 60.0, "fork", ranks=setup)
+    request = with_ranks(quick_request(config), setup)
     on_event = (lambda kind, payload: pids.append(payload) if kind == "process" else None) if pids is not None else None
     return run_trial(SpecRef.parse(f"{folder / 'ranked.py'}:{factory}"), request, on_event)
 
 
+@pytest.mark.slow
 def test_two_ranks_measure_disjoint_shards_that_cover_the_dataset(ranked):
     trial = run_ranks_trial(ranked, "dataset", TrialConfig(batch_size=8, num_workers=1, prefetch_factor=2, persistent_workers=True))
     assert trial.status == "ok", trial.error
@@ -71,9 +74,10 @@ def test_two_ranks_measure_disjoint_shards_that_cover_the_dataset(ranked):
     assert not seen["0"] & seen["1"]  # DistributedSampler: no sample loaded by both ranks
     assert seen["0"] | seen["1"] == set(range(64))  # and none left out
     window = [sum(b.seconds for b in r.blocks) for r in trial.ranks]
-    assert max(window) - min(window) < 0.5 * TWO.window_s  # the ranks measured the same window
+    assert max(window) - min(window) < TWO.window_s  # the ranks measured the same window, give or take a batch
 
 
+@pytest.mark.slow
 def test_iterable_dataset_sees_its_rank_and_shards_itself(ranked):
     trial = run_ranks_trial(ranked, "stream", TrialConfig(batch_size=4, num_workers=2, prefetch_factor=2, persistent_workers=True))
     assert trial.status == "ok", trial.error
@@ -82,6 +86,7 @@ def test_iterable_dataset_sees_its_rank_and_shards_itself(ranked):
     assert not seen["0"] & seen["1"] and seen["0"] | seen["1"] == set(range(64))
 
 
+@pytest.mark.slow
 def test_a_rank_whose_dataset_raises_is_named_and_the_others_end(ranked):
     pids: list[int] = []
     trial = run_ranks_trial(ranked, "failing_rank1", TrialConfig(batch_size=8, num_workers=1, prefetch_factor=2), pids=pids)
@@ -91,6 +96,7 @@ def test_a_rank_whose_dataset_raises_is_named_and_the_others_end(ranked):
     assert not live_group_members(pids[0])  # agent, ranks and workers all gone
 
 
+@pytest.mark.slow
 def test_a_rank_killed_by_a_signal_is_named(ranked):
     trial = run_ranks_trial(ranked, "killed_rank1", TrialConfig(batch_size=8, num_workers=0))
     assert trial.status == "failed"
@@ -98,10 +104,10 @@ def test_a_rank_killed_by_a_signal_is_named(ranked):
     assert "rank 1" in trial.error.message and "SIGKILL" in trial.error.message
 
 
+@pytest.mark.slow
 def test_a_rank_that_hangs_is_named_and_no_rank_waits_past_the_timeout(ranked):
     pids: list[int] = []
-    request = TrialRequest(TrialConfig(batch_size=8, num_workers=0), "cpu", Timing(0.1, 0.1, 3, max_s=19), LoaderOptions(shuffle=False),
-                           24.0, "fork", ranks=TWO)
+    request = with_ranks(quick_request(TrialConfig(batch_size=8, num_workers=0), Timing(0.1, 0.1, 3, max_s=19), 24.0), TWO)
     trial = run_trial(SpecRef.parse(f"{ranked / 'ranked.py'}:hanging_rank1"), request,
                       lambda kind, payload: pids.append(payload) if kind == "process" else None)
     assert trial.status == "failed" and trial.error.kind == "peer" and trial.error.rank == 1, trial.error
@@ -110,6 +116,7 @@ def test_a_rank_that_hangs_is_named_and_no_rank_waits_past_the_timeout(ranked):
     assert not live_group_members(pids[0])
 
 
+@pytest.mark.slow
 def test_scan_with_ranks_searches_per_rank_and_goes_on_after_a_failing_config(ranked, tmp_path):
     import loadtune
 
@@ -117,7 +124,7 @@ def test_scan_with_ranks_searches_per_rank_and_goes_on_after_a_failing_config(ra
     result = loadtune.scan(f"{ranked / 'ranked.py'}:failing_rank1_in_workers", json_path=out, nproc_per_node=2, workers=[0, 1], prefetch=[2],
                            persistent=False, shuffle=False, batch_size=8, warmup=0.1, block_time=0.1, blocks=3,
                            timeout=40, confirm=0)
-    assert result.settings["ranks"]["nproc_per_node"] == 2 and result.settings["ranks"]["backend"] == "gloo"
+    assert result.settings.ranks["nproc_per_node"] == 2 and result.settings.ranks["backend"] == "gloo"
     assert all(len(t.ranks) == 2 for t in result.ok_trials) and not result.calibration[0].ranks  # the yardstick runs alone
     failed = [t for t in result.trials if not t.ok]
     assert [t.config.num_workers for t in failed] == [1] and failed[0].error.rank == 1
@@ -142,6 +149,13 @@ def test_default_worker_grid_shares_the_cores_between_ranks(ranked, monkeypatch)
     assert max(alone.strategy.space.workers) == 16  # 2 x 8 cores
     assert max(four.strategy.space.workers) == 4  # 2 x (8 cores / 4 ranks)
     assert four.strategy.max_workers == alone.strategy.max_workers // 4
+
+
+def test_a_request_with_ranks_runs_the_agent_and_one_without_them_a_single_loader():
+    single = quick_request(TrialConfig(8, 0))
+    with pytest.raises(ValueError, match="with_ranks"):
+        TrialRequest(TrialConfig(8, 0), "cpu", QUICK_TIMING, LoaderOptions(shuffle=False), 60.0, "fork", ranks=TWO)
+    assert with_ranks(single, TWO).entry is not None and with_ranks(with_ranks(single, TWO), None) == single
 
 
 @pytest.mark.parametrize("options, words", [
@@ -225,6 +239,7 @@ def test_nodes_meet_at_the_endpoint_and_node_0_gets_every_summary():
     assert node_json_path(Path("loadtune.json"), 1, 0) == Path("loadtune.json")
 
 
+@pytest.mark.slow
 def test_torchrun_runs_the_scan_once_with_its_ranks_and_check_measures_its_baseline_on_as_many(ranked, tmp_path):
     out, summary = tmp_path / "run.json", tmp_path / "check.json"
     env = {**os.environ, "COLUMNS": "120", "PYTHONWARNINGS": "ignore"}
@@ -242,8 +257,7 @@ def test_torchrun_runs_the_scan_once_with_its_ranks_and_check_measures_its_basel
     assert data["settings"]["options"]["nproc_per_node"] == 2
     assert [len(t["ranks"]) for t in data["trials"]] == [2]
 
-    check = subprocess.run([sys.executable, "-m", "loadtune", "check", ranked / "ranked.py", "--baseline", out, "--rounds", "1",
-                            "--tolerance", "90%", "--json", summary], capture_output=True, text=True, env=env, timeout=240)
+    check = run_cli("check", ranked / "ranked.py", "--baseline", out, "--rounds", "2", "--tolerance", "90%", "--json", summary)
     assert check.returncode in (0, 1), check.stderr[-3000:]  # measured and judged (speed is not asserted here)
     measured = [t for t in json.loads(summary.read_text())["trials"] if t["ranks"]]
     assert measured and all(len(t["ranks"]) == 2 for t in measured)  # the baseline's 2 ranks, not one loader

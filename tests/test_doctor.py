@@ -11,8 +11,7 @@ from loadtune.engine import doctor
 
 from loadtune.engine.trial import nvml
 from loadtune.engine.doctor import PCIE_LANE_GBPS, link_gbps
-
-from test_cli import run_cli
+from conftest import run_cli
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -25,6 +24,7 @@ def fresh_nvml():
 
 
 @pytest.mark.skipif(not NO_GPU, reason="checks the machine without a GPU")
+@pytest.mark.slow
 def test_doctor_without_a_gpu_says_so_and_prints_the_rest(tmp_path):
     out = run_cli("doctor", "--json", tmp_path / "d.json")
     assert out.returncode == 0, out.stderr
@@ -37,6 +37,7 @@ def test_doctor_without_a_gpu_says_so_and_prints_the_rest(tmp_path):
     assert data["machine"]["usable_cores"] >= 1 and data["machine"]["memory_total_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_doctor_refuses_an_unwritable_json_path_with_exit_2(tmp_path):
     out = run_cli("doctor", "--no-bandwidth", "--json", tmp_path / "missing" / "d.json")
     assert out.returncode == 2 and "does not exist" in out.stderr

@@ -1,14 +1,11 @@
-"""Memory per config (loadtune/footprint.py, SPEC §5) and --max-memory: pure functions, then the CLI."""
+"""Memory per config (loadtune/analysis/footprint.py) and --max-memory: pure functions, then the CLI."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import QUICK, SPECS, run_cli
 
 from loadtune.analysis.footprint import copy_on_write, growth, over_limit, parse_size, pinned_estimate
 from loadtune.model.config import TrialConfig
@@ -16,7 +13,6 @@ from loadtune.analysis.recommend import recommend
 from loadtune.model.results import Block, MemoryUsage, Trial, by_config
 
 MiB = 2**20
-SPECS = Path(__file__).parent / "specs"
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -85,25 +81,21 @@ def test_max_memory_excludes_configs_over_the_limit_from_the_recommendation():
     assert recommend(trials, max_memory=50 * MiB) is None  # nothing fits
 
 
-def run_cli(*args, cwd=None):
-    env = {**os.environ, "COLUMNS": "100", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "loadtune", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=240)
-
-
 @pytest.mark.parametrize("value", ["lots", "0", "-1G", "8X"])
+@pytest.mark.slow
 def test_bad_max_memory_is_refused_before_any_work(tmp_path, value):
     proc = run_cli("scan", SPECS / "tiny.py", "--max-memory", value, cwd=tmp_path)
     assert proc.returncode == 2 and "max-memory" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "loadtune.json").exists()
 
 
-QUICK = ["--warmup", "0.2", "--block-time", "0.1", "--blocks", "3", "--timeout", "30", "--prefetch", "2", "--no-persistent"]
+FIXED = ["--prefetch", "2", "--no-persistent"]  # worker counts alone vary
 
 
+@pytest.mark.slow
 def test_scan_shows_the_diagnosis_and_the_memory_limit_excludes(tmp_path):
     out = tmp_path / "r.json"
-    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--json", out, *QUICK)
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--json", out, *FIXED, *QUICK)
     assert proc.returncode == 0, proc.stderr
     assert "Where the time goes" in proc.stdout and "Bound:" in proc.stdout and "this config " in proc.stdout
     data = json.loads(out.read_text())
@@ -113,7 +105,7 @@ def test_scan_shows_the_diagnosis_and_the_memory_limit_excludes(tmp_path):
     limit = 2**20  # below every config (a trial process alone holds far more): each is excluded, and the panel says so
     limited = tmp_path / "l.json"
     proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--json", limited, "--no-diagnose",
-                   "--max-memory", "1M", *QUICK)
+                   "--max-memory", "1M", *FIXED, *QUICK)
     assert proc.returncode == 0, proc.stderr
     assert "excluded" in proc.stdout and "exceeds the" in proc.stdout and "Where the time goes" not in proc.stdout
     data = json.loads(limited.read_text())

@@ -50,7 +50,7 @@ def own_cgroup_dir(root: Path) -> Path:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
         return root
-    line = next((l for l in lines if l.startswith("0::")), None)
+    line = next((x for x in lines if x.startswith("0::")), None)
     return root / line[3:].strip().lstrip("/") if line else root
 
 

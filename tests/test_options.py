@@ -1,4 +1,4 @@
-"""Option layering and checking (loadtune/scan.py: resolve_options, ScanOptions.validate, prepare)."""
+"""Option layering and checking (loadtune/engine/scan.py: resolve_options, validate_options, prepare)."""
 
 from __future__ import annotations
 
@@ -141,10 +141,10 @@ def test_prepare_with_dataset_object_defaults():
     plan = prepare(Tiny(), search="grid")
     cores = machine.usable_cores()
     assert plan.device == "cpu" or torch.cuda.is_available()
-    grid = [c for c in plan.strategy.configs if c.key not in plan.result.settings["references"]]
+    grid = [c for c in plan.strategy.configs if c.key not in plan.result.settings.references]
     assert {c.batch_size for c in plan.strategy.configs} == {DEFAULT_BATCH_SIZE}
     assert {c.num_workers for c in grid} == set(default_workers(cores))
-    assert plan.result.settings["grid_size"] == len(grid)
+    assert plan.result.settings.grid_size == len(grid)
     assert plan.result.spec.length == 16 and plan.result.spec.path is None
 
 
@@ -153,7 +153,7 @@ def test_prepare_orders_trials_reproducibly_and_includes_reference():
     b = prepare(Tiny(), workers=[1, 2], batch_size=[4, 8], seed=3, search="grid")
     assert a.strategy.configs == b.strategy.configs
     # workers exclude 0: PyTorch's default is added at each batch size as a reference
-    refs = a.result.settings["references"]
+    refs = a.result.settings.references
     assert len(refs) == 2
     assert {c.key for c in a.strategy.configs if c.num_workers == 0} == set(refs)
 

@@ -1,4 +1,5 @@
-"""The search space and its grid (loadtune/plan.py, SPEC §4)."""
+"""The search space and its grid (loadtune/search/space.py): only valid DataLoader settings, each once,
+with PyTorch's defaults measured as the reference."""
 
 from __future__ import annotations
 

@@ -4,10 +4,10 @@ import struct
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import FIXTURES, SPECS
 from typer.testing import CliRunner
 
 from loadtune.report import plot as plot_mod
@@ -15,10 +15,6 @@ from loadtune.cli.app import app
 from loadtune.report.plot import DPI, FIGSIZE, INSTALL_HINT, PlotError, bound_of, plot_data, plot_format, write_plot
 from loadtune.analysis.recommend import recommend
 from loadtune.model.results import ScanResult
-from loadtune.analysis.bound import scan_bound
-
-FIXTURES = Path(__file__).parent / "fixtures"
-SPECS = Path(__file__).parent / "specs"
 
 
 @pytest.fixture
@@ -51,7 +47,7 @@ def test_knobs_that_vary_name_the_lines(result):
 
 def carry_bound(monkeypatch, rate: float, stage: str) -> None:
     """As if the scan had a stage profile whose bound is ``rate`` (``scan_bound`` derives it)."""
-    monkeypatch.setattr(ScanResult, "bound", property(lambda self: SimpleNamespace(rate=rate, stage=stage, stages=[stage])))
+    monkeypatch.setattr("loadtune.report.plot.scan_bound", lambda result: SimpleNamespace(rate=rate, stage=stage, stages=[stage]))
 
 
 def test_bound_is_read_when_the_result_carries_one(result, monkeypatch):

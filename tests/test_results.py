@@ -1,4 +1,5 @@
-"""The scan result model and its JSON file (loadtune/results.py, SPEC §7)."""
+"""The scan result model and its JSON file (loadtune/model/results.py): saved whole or not at all,
+read back unchanged, and anything else refused with a clear error."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 from loadtune.engine import machine
 from loadtune.model.config import Skip, TrialConfig
 from loadtune.analysis.recommend import recommend
-from loadtune.model.results import SCHEMA, SCHEMA_VERSION, Block, MemoryUsage, Recommendation, ResultError, ScanResult, SpecInfo, Trial, TrialError, check_writable
+from loadtune.model.settings import ScanOptions, ScanSettings
+from loadtune.model.results import (SCHEMA, SCHEMA_VERSION, Block, MemoryUsage, Recommendation, ResultError, ScanResult, SpecInfo,
+                                    Trial, TrialError, check_writable)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,7 @@ def make_result(machine_info) -> ScanResult:
             has_collate_fn=False,
         ),
         machine=machine_info,
-        settings={"options": {"blocks": 3, "workers": [0, 2, 8]}, "device": "cpu", "grid_size": 2, "references": [base.key]},
+        settings=ScanSettings(ScanOptions(blocks=3, workers=[0, 2, 8]), device="cpu", grid_size=2, references=[base.key]),
         trials=trials,
         skipped=[Skip("pin_memory=True", "no accelerator")],
         recommendation=rec,
@@ -165,7 +168,7 @@ def test_failed_save_keeps_old_file_and_leaves_no_temp(tmp_path, machine_info):
     path = tmp_path / "loadtune.json"
     result.save(path)
     before = path.read_text()
-    result.settings["unserialisable"] = object()
+    result.settings.options.seed = object()  # not JSON
     with pytest.raises(TypeError):
         result.save(path)
     assert path.read_text() == before

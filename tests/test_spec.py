@@ -1,4 +1,5 @@
-"""Loading the user's dataset spec file (loadtune/spec.py, SPEC §3)."""
+"""Loading the user's dataset spec file (loadtune/engine/spec.py): the dataset and its optional hooks,
+and every mistake in the file named by its file and line."""
 
 from __future__ import annotations
 
@@ -160,6 +161,7 @@ def test_module_name_taken_by_another_module_is_refused(write_spec):
     assert sys.modules["json"].__file__ != str(path)
 
 
+@pytest.mark.slow
 def test_spawn_workers_unpickle_dataset_defined_in_spec(write_spec):
     path = write_spec(
         """
@@ -212,7 +214,7 @@ def test_syntax_error_names_file_and_line(write_spec):
         x = 1
         """
     )
-    bad_line = next(i for i, l in enumerate(path.read_text().splitlines(), 1) if "[1, 2, 3" in l)
+    bad_line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "[1, 2, 3" in text)
     with pytest.raises(SpecError) as info:
         load_spec(path)
     err = info.value

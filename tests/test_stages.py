@@ -1,30 +1,28 @@
-"""Where the time goes: the stage profile on real datasets in real processes (loadtune/stages.py),
-each dataset built to be bound by one stage, and memory growth from copy-on-write (loadtune/footprint.py).
+"""Where the time goes: the stage profile on real datasets in real processes (loadtune/engine/stages.py),
+each dataset built to be bound by one stage, and memory growth from copy-on-write (loadtune/analysis/footprint.py).
 
-What is asserted is attribution (which stage, which ordering), never a speed."""
+What is asserted is attribution (which stage, which ordering), never a speed: each ratio below sits
+well inside what the dataset was built to show, so that a busy machine does not tip it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import pytest
 
 from loadtune.analysis.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, BatchCosts, compute_bound
 from loadtune.analysis.footprint import GROWTH_NOISE, copy_on_write, trial_growth
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.measure import Timing
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import by_config
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.stages import run_profile
+from conftest import SPECS, quick_request
 
-SPECS = Path(__file__).parent / "specs"
-QUICK = Timing(warmup_s=0.1, block_s=0.1, blocks=3, max_s=30)
+pytestmark = pytest.mark.slow  # every test here runs a profile or trials in their own processes
 
 
 def profile(spec: str, batch_size: int = 32):
-    request = TrialRequest(TrialConfig(batch_size, 0), "cpu", QUICK, LoaderOptions(shuffle=False), 60.0, "fork")
-    costs, why = run_profile(SpecRef.parse(SPECS / spec), request)
+    costs, why = run_profile(SpecRef.parse(SPECS / spec), quick_request(TrialConfig(batch_size, 0)))
     assert costs is not None, why
     return costs
 
@@ -35,7 +33,7 @@ def bound_of(costs, max_workers: int = 4):
 
 def test_cpu_work_is_attributed_to_the_dataset_cpu():
     costs = profile("bound_by.py:cpu")
-    assert costs.fetch_wall.mean < 1.5 * costs.fetch_cpu.mean  # computing, not waiting
+    assert costs.fetch_wall.mean < 2 * costs.fetch_cpu.mean  # computing, not waiting
     assert costs.fetch_cpu.mean * costs.batch_size > 3 * costs.collate.mean
     assert len(costs.fetch_cpu.seconds) >= 5 and costs.fetch_cpu.estimate is not None  # repeated: carries its noise
     assert costs.handoff is not None and costs.receive is not None  # a real worker handed batches over
@@ -54,7 +52,7 @@ def test_sleep_is_attributed_to_waiting_and_more_workers_lift_it():
 
 def test_large_tensors_are_bound_by_moving_them():
     costs = profile("bound_by.py:large")
-    assert costs.collate.mean > 5 * costs.batch_size * costs.fetch_cpu.mean  # ~10x on a quiet machine, 8.9x seen under load
+    assert costs.collate.mean > 2 * costs.batch_size * costs.fetch_cpu.mean  # moving 19 MiB, not fetching views, is the cost
     assert costs.batch_bytes == 32 * 3 * 224 * 224 * 4
     assert bound_of(costs).stage in (COLLATION, HANDOFF, MAIN)
 
@@ -62,7 +60,7 @@ def test_large_tensors_are_bound_by_moving_them():
 def test_a_slow_step_is_the_bound():
     costs = profile("slow_step.py")
     assert costs.consumer is not None and costs.consumer_received is not None
-    assert costs.consumer.mean > 10 * (costs.collate.mean + costs.batch_size * costs.fetch_wall.mean)
+    assert costs.consumer.mean > 3 * (costs.collate.mean + costs.batch_size * costs.fetch_wall.mean)  # the step, 20 ms a batch, dominates
     assert bound_of(costs).stage == STEP
 
 
@@ -72,8 +70,7 @@ def test_iterable_dataset_is_profiled_from_its_stream():
 
 
 def test_a_failing_dataset_fails_the_profile_with_its_own_error():
-    request = TrialRequest(TrialConfig(256, 0), "cpu", QUICK, LoaderOptions(shuffle=False), 60.0, "fork")
-    costs, why = run_profile(SpecRef.parse(SPECS / "failing.py"), request)
+    costs, why = run_profile(SpecRef.parse(SPECS / "failing.py"), quick_request(TrialConfig(256, 0)))
     assert costs is None and "corrupt record at index 77" in why
 
 
@@ -81,8 +78,7 @@ def trials_of(factory: str):
     """PyTorch's defaults and two persistent workers, over whole epochs (each worker touches its share)."""
     out = []
     for config in (TrialConfig(16, 0), TrialConfig(16, 2, False, 2, True, "none")):
-        request = TrialRequest(config, "cpu", Timing(warmup_s=0.2, block_s=0.2, blocks=3, max_s=30),
-                               LoaderOptions(shuffle=False), 60.0, "fork")
+        request = quick_request(config, Timing(warmup_s=0.2, block_s=0.2, blocks=3, max_s=30))
         trial = run_trial(SpecRef.parse(f"{SPECS / 'cow.py'}:{factory}"), request)
         assert trial.ok, trial.error
         out.append(trial)

@@ -15,8 +15,7 @@ from loadtune.search.adaptive import AdaptiveSearch
 from loadtune.model.batch import BatchInfo
 from loadtune.engine.trial.transfer import batch_info
 from loadtune.engine.trial.transfer import move_to, nbytes_of, tensors_of
-
-from test_search import drive
+from conftest import drive
 
 Pair = namedtuple("Pair", "image label")
 
@@ -135,6 +134,7 @@ def test_prefetcher_is_exported_and_passes_through_on_cpu():
     assert len(prefetcher) == 3
 
 
+@pytest.mark.slow
 def test_prefetcher_over_a_real_loader_exhausts_and_restarts():
     data = TensorDataset(torch.arange(40.0).reshape(20, 2), torch.arange(20))
     loader = DataLoader(data, batch_size=6, num_workers=2)

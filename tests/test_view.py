@@ -1,9 +1,9 @@
 """``show``'s selection of rows (pure) and the table at terminal widths, on a saved real scan."""
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 from rich.console import Console
 
 from loadtune.model.config import Skip
@@ -12,8 +12,6 @@ from loadtune.report.text import STATUS_STYLES, spread_text, status_cell
 from loadtune.report.scan import print_recommendation, print_report, trial_table
 from loadtune.model.results import ScanResult, Trial, TrialError
 from loadtune.analysis.view import Filters, ViewError, key_knobs, parse_statuses, rows, select
-
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture

@@ -3,10 +3,10 @@
 import json
 import statistics
 import time
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import SPECS, run_cli
 from torch.utils.data import Dataset
 
 from loadtune.engine.trial.measure import LoaderOptions, Timing, measure
@@ -16,10 +16,6 @@ from loadtune.engine.scan import OptionsError, prepare
 from loadtune.engine.spec import from_objects
 from loadtune.engine.trial.workload import StepWorkload, WorkloadError, calibrate, check_step_ms
 
-from test_cli import run_cli
-
-SPECS = Path(__file__).parent / "specs"
-
 
 @pytest.mark.parametrize("bad", [0, -1, -0.5, float("nan"), float("inf"), "5", True, None])
 def test_step_ms_must_be_a_positive_number(bad):
@@ -28,6 +24,7 @@ def test_step_ms_must_be_a_positive_number(bad):
 
 
 @pytest.mark.parametrize("value", ["0", "-3"])
+@pytest.mark.slow
 def test_cli_refuses_a_non_positive_step_ms_with_exit_2(tmp_path, value):
     out = run_cli("scan", str(SPECS / "tiny.py"), f"--step-ms={value}", "--json", str(tmp_path / "r.json"), "-q")
     assert out.returncode == 2, out.stderr
@@ -46,12 +43,13 @@ def test_cpu_calibration_lands_near_the_asked_length():
     assert work.device_type == "cpu" and work.iterations >= 1
     step = work.build(torch.device("cpu"))
     took = []
-    for _ in range(7):
+    for _ in range(15):
         start = time.perf_counter()
         step(None)
         took.append(time.perf_counter() - start)
-    # a generous factor: other work on the machine only lengthens a step; the calibration must not be off by much
-    assert 20 / 3 <= min(took) * 1000 <= 20 * 3
+    # the fastest call, as the calibration takes it; a generous factor, since a burst of other load during the
+    # calibration shortens the step and one during these calls lengthens it: a wrong count or unit is far outside
+    assert 20 / 4 <= min(took) * 1000 <= 20 * 4
     assert StepWorkload.from_dict(work.to_dict()) == work
 
 
@@ -92,6 +90,7 @@ def test_no_wait_figure_without_a_consumer_and_no_bytes_on_cpu():
     assert blocks and all(b.wait_s is None and b.h2d_bytes is None for b in blocks)
 
 
+@pytest.mark.slow
 def test_synthetic_step_runs_in_the_trial_and_waits_are_saved(tmp_path):
     path = tmp_path / "r.json"
     out = run_cli("scan", str(SPECS / "tiny.py"), "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--step-ms", "2",

@@ -1,4 +1,4 @@
-"""The bound (SPEC §6): the highest throughput any config could reach, from the stage costs, as pure functions.
+"""The bound: the highest throughput any config could reach, from the stage costs, as pure functions.
 
 In the spirit of Plumber (MLSys'22): each stage of the data path caps throughput on its own, and the
 lowest cap is the bound. With workers, the caps are
@@ -325,3 +325,38 @@ def pick_fraction(result: "ScanResult") -> float | None:
     """The recommended config's throughput as a fraction of the bound."""
     rate = pick_rate(result)
     return scan_bound(result).fraction(rate) if rate else None
+
+
+OVER_BOUND = 1.05  # a pick this far above even the bound's high end shows the profile overstated a cost
+AT_BOUND = 0.995  # a pick this close below the bound is at it
+
+
+@dataclass(frozen=True)
+class PickVsBound:
+    """Where the pick's long-run rate sits against the bound. ``verdict`` is one of: ``not compared``
+    (the pick's batch size differs), ``unknown``, ``over`` (beyond the bound's spread and the pick's
+    noise: the profile overstated a stage's cost), ``within spread``, ``at``, ``below``."""
+
+    verdict: str
+    fraction: float | None = None
+    interval: tuple[float, float] | None = None
+
+
+def pick_against_bound(result: "ScanResult") -> PickVsBound:
+    """How the recommended config's long-run rate compares with the bound and its interval."""
+    bound, pick = scan_bound(result), pick_rate(result)
+    if pick is None:
+        return PickVsBound("not compared")
+    fraction = bound.fraction(pick)
+    if fraction is None:
+        return PickVsBound("unknown")
+    interval = bound.fraction_interval(pick)
+    if fraction > 1 and (interval is None or interval[0] > OVER_BOUND):
+        verdict = "over"
+    elif interval is not None and interval[0] <= 1 <= interval[1]:
+        verdict = "within spread"
+    elif fraction >= AT_BOUND:
+        verdict = "at"
+    else:
+        verdict = "below"
+    return PickVsBound(verdict, fraction, interval)

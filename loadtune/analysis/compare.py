@@ -93,11 +93,11 @@ def setting_differences(a: ScanResult, b: ScanResult) -> list[str]:
     """The machine (cores, torch, python, CPU, GPUs), the device batches went to, and the
     measurement options that change what a figure means."""
     out = environment_changes(a.machine, b.machine, ("in A", "in B"))
-    if a.settings.get("device") != b.settings.get("device"):
-        out.append(f"device: {a.settings.get('device')} in A, {b.settings.get('device')} in B "
+    if a.settings.device != b.settings.device:
+        out.append(f"device: {a.settings.device} in A, {b.settings.device} in B "
                    "(configs differ in how batches reach it, so few or none match)")
-    oa, ob = a.settings.get("options", {}), b.settings.get("options", {})
-    out += [f"{k}: {oa.get(k)} in A, {ob.get(k)} in B" for k in OPTIONS_THAT_MATTER if oa.get(k) != ob.get(k)]
+    oa, ob = asdict(a.settings.options), asdict(b.settings.options)
+    out += [f"{k}: {oa[k]} in A, {ob[k]} in B" for k in OPTIONS_THAT_MATTER if oa[k] != ob[k]]
     for side, r in (("A", a), ("B", b)):
         if r.machine.busy:
             out.append(f"{side} was measured on a busy machine (load average {r.machine.load_average:.1f}): its figures are noisier and lower")

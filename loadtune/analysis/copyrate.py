@@ -1,4 +1,4 @@
-"""The host-to-device copy as a bound, as pure functions of a scan's result (SPEC §6, §11).
+"""The host-to-device copy as a bound, as pure functions of a scan's result.
 
 A config's achieved copy rate is the bytes of the batches it moved to the GPU per second of timed
 block; set beside the device's pinned peak (measured before the trials), it says what share of the

@@ -1,9 +1,8 @@
-"""TODO docstring."""
+"""What differs between two measurements' surroundings: the dataset they measured (spec file, factory,
+class) and the machine (cores, torch, CPU, GPUs). A ratio across such a difference means something
+else, so comparisons and checks print it beside their figures."""
 
 from __future__ import annotations
-
-
-
 
 from pathlib import Path
 

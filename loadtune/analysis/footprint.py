@@ -1,4 +1,4 @@
-"""What a config costs in host memory (SPEC §5), as pure functions of what the trials sampled.
+"""What a config costs in host memory, as pure functions of what the trials sampled.
 
 ``memory.py`` samples the trial's process tree from outside (PSS: shared pages split between their
 sharers). Here: the growth during a trial, measured from the sample taken when the workers were up;
@@ -51,6 +51,11 @@ class Growth:
     bytes: int
     seconds: float
     workers: int
+
+    @property
+    def significant(self) -> bool:
+        """Growth beyond the sampling's and the allocator's noise."""
+        return self.bytes >= GROWTH_NOISE
 
     @property
     def per_worker(self) -> float:
@@ -117,7 +122,7 @@ def pinned_estimate(config: TrialConfig, batch_bytes: int) -> int:
 
 def memory_limit(result: ScanResult) -> int | None:
     """The scan's ``--max-memory`` in bytes, or None."""
-    return result.settings.get("options", {}).get("max_memory")
+    return result.settings.options.max_memory
 
 
 def over_limit(configs: list[ConfigResult], limit: int | None) -> list[ConfigResult]:
@@ -125,3 +130,9 @@ def over_limit(configs: list[ConfigResult], limit: int | None) -> list[ConfigRes
     if not limit:
         return []
     return [c for c in configs if c.memory is not None and c.memory.peak_bytes > limit]
+
+
+def all_over_limit(result: ScanResult) -> bool:
+    """Every measured config exceeds ``--max-memory``: why there is no recommendation."""
+    over = over_limit(result.configs, memory_limit(result))
+    return bool(over) and len(over) == len([c for c in result.configs if c.ok])

@@ -1,4 +1,4 @@
-"""The recommendation (SPEC §6), as pure functions of measured trials.
+"""The recommendation, as pure functions of measured trials.
 
 Not merely the top row: among the configs the measured noise cannot tell from the fastest (and
 that no other config clearly beats), the cheapest one wins (fewest workers, then least memory, then
@@ -14,15 +14,15 @@ from dataclasses import dataclass, replace
 from loadtune.analysis.footprint import over_limit, size_text
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig, transfer_cost
 from loadtune.model.results import ConfigResult, Recommendation, ScanResult, Trial, by_config
+from loadtune.model.settings import NOISE_FLOOR
 from loadtune.analysis.stats import indistinguishable, ratio
 
-NOISE_FLOOR = 0.02  # medians this close (relative) are treated as equal whatever the intervals say
 MEMORY_GRAIN = 16 * 2**20  # memory differences below this are noise of the sampling, not cost
 
 
 def noise_floor_of(result: ScanResult) -> float:
-    """The floor a saved scan was judged with (older files: the default)."""
-    return result.settings.get("options", {}).get("noise_floor", NOISE_FLOOR)
+    """The floor a saved scan was judged with."""
+    return result.settings.options.noise_floor
 
 
 def cost(trial: ConfigResult | Trial) -> tuple:
@@ -45,6 +45,12 @@ def cost(trial: ConfigResult | Trial) -> tuple:
 def baseline_for(configs: list[ConfigResult], batch_size: int) -> ConfigResult | None:
     """PyTorch's defaults (no workers, no pinning) at this batch size, if measured."""
     return next((c for c in configs if c.ok and c.config.batch_size == batch_size and c.config.is_pytorch_default), None)
+
+
+def best_with_workers(configs: list[ConfigResult]) -> ConfigResult | None:
+    """The fastest measured config with workers: what ``num_workers=0`` is set against when it wins."""
+    others = [c for c in configs if c.ok and c.config.num_workers > 0]
+    return max(others, key=lambda c: c.estimate.median) if others else None
 
 
 def contenders(configs: list[ConfigResult], noise_floor: float = NOISE_FLOOR) -> list[ConfigResult]:
@@ -142,38 +148,45 @@ def explain(pick: ConfigResult, best: ConfigResult, tied: list[ConfigResult]) ->
     )
 
 
+TRANSFER_LINES = {
+    "stream": ["# in the training loop (from loadtune import CUDAPrefetcher): copies the next batch on a side stream",
+               "# for batch in CUDAPrefetcher(loader, device): ..."],
+    "non_blocking": ["# in the training loop: batch = batch.to(device, non_blocking=True)"],
+    "sync": ["# in the training loop: batch = batch.to(device)"],
+}
+
+
+def order_args(shuffle: bool, distributed: bool) -> list[tuple[str, object]]:
+    """How samples are ordered: a shuffle flag, or per rank a ``DistributedSampler`` (code, not a value)."""
+    if distributed:
+        return [("sampler", "DistributedSampler(dataset)" if shuffle else "DistributedSampler(dataset, shuffle=False)")]
+    return [("shuffle", True)] if shuffle else []
+
+
+def worker_args(config: TrialConfig) -> list[tuple[str, object]]:
+    """The knobs that only exist with workers, where they differ from PyTorch's defaults."""
+    if not config.num_workers:
+        return []
+    args: list[tuple[str, object]] = [("prefetch_factor", config.prefetch_factor or DEFAULT_PREFETCH)]
+    if config.persistent_workers:
+        args.append(("persistent_workers", True))
+    if not config.in_order:
+        args.append(("in_order", False))
+    if config.start_method:
+        args.append(("multiprocessing_context", config.start_method))
+    return args
+
+
 def snippet(config: TrialConfig, shuffle: bool, drop_last: bool, has_collate_fn: bool, distributed: bool = False) -> str:
     """A ready-to-paste ``DataLoader(...)`` call for ``config`` (per rank, over its shard, when ``distributed``)."""
-    args = [("batch_size", config.batch_size)]
-    if distributed and shuffle:
-        args.append(("sampler", "DistributedSampler(dataset)"))
-    elif distributed:
-        args.append(("sampler", "DistributedSampler(dataset, shuffle=False)"))
-    elif shuffle:
-        args.append(("shuffle", True))
-    if drop_last:
-        args.append(("drop_last", True))
-    args.append(("num_workers", config.num_workers))
-    if config.num_workers:
-        args.append(("prefetch_factor", config.prefetch_factor or DEFAULT_PREFETCH))
-        if config.persistent_workers:
-            args.append(("persistent_workers", True))
-        if not config.in_order:
-            args.append(("in_order", False))
-        if config.start_method:
-            args.append(("multiprocessing_context", config.start_method))
-    if config.pin_memory:
-        args.append(("pin_memory", True))
+    args = [("batch_size", config.batch_size), *order_args(shuffle, distributed)]
+    args += [("drop_last", True)] if drop_last else []
+    args += [("num_workers", config.num_workers), *worker_args(config)]
+    args += [("pin_memory", True)] if config.pin_memory else []
     lines = ["loader = DataLoader(  # in every rank" if distributed else "loader = DataLoader(", "    dataset,"]
     lines += [f"    {name}={value}," if name == "sampler" else f"    {name}={value!r}," for name, value in args]
     if has_collate_fn:
         lines.append("    collate_fn=collate_fn,")
     lines.append(")")
-    if config.transfer == "stream":
-        lines.append("# in the training loop (from loadtune import CUDAPrefetcher): copies the next batch on a side stream")
-        lines.append("# for batch in CUDAPrefetcher(loader, device): ...")
-    elif config.transfer == "non_blocking":
-        lines.append("# in the training loop: batch = batch.to(device, non_blocking=True)")
-    elif config.transfer == "sync":
-        lines.append("# in the training loop: batch = batch.to(device)")
+    lines += TRANSFER_LINES.get(config.transfer, [])
     return "\n".join(lines)

@@ -1,9 +1,7 @@
-"""TODO docstring."""
+"""Judging two estimates against each other: their ratio with an interval, and whether the measured
+noise can tell them apart."""
 
 from __future__ import annotations
-
-
-
 
 import math
 from dataclasses import dataclass

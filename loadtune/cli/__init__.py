@@ -9,6 +9,6 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch  # noqa: F401
 
-from loadtune.cli.app import app, main  # noqa: E402
+from loadtune.cli.app import main  # noqa: E402  (the typer app itself: loadtune.cli.app.app)
 
-__all__ = ["app", "main"]
+__all__ = ["main"]

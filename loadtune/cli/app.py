@@ -1,7 +1,7 @@
 """The command line: a thin typer layer over ``loadtune.scan``.
 
 Exit codes: 0 done (check: passed), 1 check found a regression, 2 usage, spec or baseline error,
-3 nothing could be measured, 130 interrupted.
+3 nothing could be measured, 4 check could not decide (inconclusive), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from loadtune.model.check import NOTHING, REGRESSION
+from loadtune.model.check import INCONCLUSIVE, NOTHING, REGRESSION
 from loadtune.report import ci
 from loadtune.engine.distributed import layout as distributed
 from loadtune.report import plot as plot_mod
-from loadtune.engine.check import BaselineError, explicit_config, parse_tolerance, run_check
+from loadtune.engine.check import DEFAULT_BUDGET_S, BaselineError, explicit_config, parse_tolerance, run_check
 from loadtune.analysis.compare import compare, select_diffs
 from loadtune.model.config import PlanError, parse_int_list
 from loadtune.cli.project import ProjectError, project_defaults
 from loadtune.report.progress import ProgressDisplay
-from loadtune.report.check import print_check
+from loadtune.report.check import print_check, round_line
 from loadtune.report.compare import print_comparison
 from loadtune.report.scan import print_nodes, print_recommendation, print_report
 from loadtune.model.results import ResultError, ScanResult, check_writable, write_atomic
@@ -38,6 +38,7 @@ from loadtune.analysis.view import ViewError, filters_from, select
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
 EXIT_NOTHING_MEASURED = 3
+EXIT_INCONCLUSIVE = 4  # check: the interval straddles the tolerance after every round the budget allowed
 EXIT_INTERRUPTED = 130
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure, don't guess: tune a PyTorch DataLoader.")
@@ -109,86 +110,101 @@ def tolerance_value(text) -> float:
 
 @app.command()
 def scan(
-    spec: Optional[str] = typer.Argument(None, help="Spec file that builds the dataset: dataset.py or dataset.py:factory (default: [tool.loadtune] spec)"),
+    spec: Optional[str] = typer.Argument(None, help="Spec file that builds the dataset: dataset.py or dataset.py:factory (default: "
+                                                    "[tool.loadtune] spec)"),
     workers: Optional[str] = typer.Option(None, help="num_workers values, e.g. 0,2,4 (default: 0,1,2,4,… up to 2× usable cores)"),
     batch_size: Optional[str] = typer.Option(None, "--batch-size", help="batch sizes, e.g. 32,64 (default: the spec's, else 64)"),
     prefetch: Optional[str] = typer.Option(None, help="prefetch_factor values (only with workers) (default: 2,4)"),
     pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="fix pin_memory (default: search both with an accelerator)"),
     persistent: Optional[bool] = typer.Option(None, "--persistent/--no-persistent", help="fix persistent_workers (default: search both)"),
     device: Optional[str] = typer.Option(None, help="cpu or cuda[:N] (default: cuda when available)"),
-    transfer: Optional[str] = typer.Option(None, help="how batches reach a CUDA device: sync,non_blocking,stream (default: all; non_blocking only pinned)"),
-    step_ms: Optional[float] = typer.Option(None, "--step-ms", help="consume each batch with a synthetic step of about X ms (when the spec has no step)"),
+    transfer: Optional[str] = typer.Option(None, help="how batches reach a CUDA device: sync,non_blocking,stream (default: all; non_blocking only "
+                                                      "pinned)"),
+    step_ms: Optional[float] = typer.Option(None, "--step-ms", help="consume each batch with a synthetic step of about X ms (when the spec has no "
+                                                                    "step)"),
     shuffle: Optional[bool] = typer.Option(None, "--shuffle/--no-shuffle", help="shuffle map-style datasets as training does (default: shuffle)"),
     drop_last: Optional[bool] = typer.Option(None, "--drop-last/--no-drop-last", help="drop the short last batch (default: keep)"),
     warmup: Optional[float] = typer.Option(None, help="seconds of warm-up per trial, discarded (default: 1.0)"),
     block_time: Optional[float] = typer.Option(None, "--block-time", help="seconds per timed block, at least (default: 0.5)"),
     blocks: Optional[int] = typer.Option(None, help="timed blocks per trial, at most (default: 10)"),
     min_blocks: Optional[int] = typer.Option(None, "--min-blocks", help="timed blocks per trial, at least (default: 3)"),
-    target_spread: Optional[float] = typer.Option(None, "--target-spread", help="stop a trial once its median is known to this relative precision (default: 0.03)"),
+    target_spread: Optional[float] = typer.Option(None, "--target-spread", help="stop a trial once its median is known to this relative precision "
+                                                                                "(default: 0.03)"),
     allow_reorder: bool = typer.Option(False, "--allow-reorder", help="also try in_order=False (only if training tolerates batches out of order)"),
-    start_method: Optional[str] = typer.Option(None, "--start-method", help="worker start methods to compare, e.g. fork,spawn (default: the platform's)"),
+    start_method: Optional[str] = typer.Option(None, "--start-method", help="worker start methods to compare, e.g. fork,spawn (default: the "
+                                                                            "platform's)"),
     grid: bool = typer.Option(False, "--grid", help="measure every combination instead of the adaptive search"),
     budget: Optional[float] = typer.Option(None, help="seconds for the whole scan; no trial starts past it (default: none)"),
     confirm: Optional[int] = typer.Option(None, help="rounds re-measuring the contenders side by side (default: 1)"),
     timeout: Optional[float] = typer.Option(None, help="hard limit per trial in seconds (default: 120)"),
     seed: Optional[int] = typer.Option(None, help="seed of the trial order and of shuffling (default: 0)"),
-    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="do not recommend configs whose measured peak host memory exceeds this, e.g. 8G or 512M (default: no limit)"),
-    diagnose: Optional[bool] = typer.Option(None, "--diagnose/--no-diagnose", help="profile the stages once: where the time goes and the bound (default: on)"),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="where to save the full result, rewritten after every trial (default: loadtune.json)"),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="do not recommend configs whose measured peak host memory exceeds this, "
+                                                                        "e.g. 8G or 512M (default: no limit)"),
+    diagnose: Optional[bool] = typer.Option(None, "--diagnose/--no-diagnose", help="profile the stages once: where the time goes and the bound "
+                                                                                   "(default: on)"),
+    reference_rounds: Optional[int] = typer.Option(None, "--reference-rounds",
+                                                   help="paired rounds of the pick and its shaped calibration: the reference "
+                                                   "`loadtune check` compares with; 0: none (default: 4)"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="where to save the full result, rewritten after every trial (default: "
+                                                                  "loadtune.json)"),
     resume: bool = typer.Option(False, "--resume", help="continue the interrupted scan saved at --json, without re-running its finished trials"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the recommendation (with its notes and snippet); no table, no progress"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs loadtune[plot])"),
     format_: str = typer.Option("table", "--format", help="table, or json: the whole result on stdout (for a pipe), nothing else there"),
-    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", help="ranks per trial, each with its own loader over its shard, launched as torchrun does (default: 1)"),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", help="ranks per trial, each with its own loader over its shard, "
+                                                                                "launched as torchrun does (default: 1)"),
     nnodes: Optional[int] = typer.Option(None, "--nnodes", help="nodes of the training job: shards are sized for all of them (default: 1)"),
     node_rank: Optional[int] = typer.Option(None, "--node-rank", help="this node's rank in the job (default: 0)"),
-    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT where the nodes meet so node 0 prints a per-node summary (node 0 hosts it)"),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT where the nodes meet so node 0 prints a per-node summary "
+                                                                              "(node 0 hosts it)"),
 ) -> None:
     """Search DataLoader settings for a dataset, print a ranked table and a recommendation."""
+    as_json = checked_outputs(format_, plot)
+    console = Console(stderr=as_json)  # under --format json, stdout holds the JSON alone
+    overrides = dict(
+        workers=workers, batch_size=batch_size, prefetch=prefetch, pin=pin, persistent=persistent, device=device,
+        transfer=transfer.split(",") if transfer else None, step_ms=step_ms, shuffle=shuffle, drop_last=drop_last,
+        warmup=warmup, block_time=block_time, blocks=blocks, min_blocks=min_blocks, target_spread=target_spread,
+        allow_reorder=allow_reorder or None, start_method=start_method.split(",") if start_method else None,
+        search="grid" if grid else None, budget=budget, confirm=confirm, timeout=timeout, seed=seed,
+        nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+        max_memory=max_memory, diagnose=diagnose, reference_rounds=reference_rounds,
+    )
+    plan, json_path, adopted = planned_scan(spec, overrides, json_path, resume)
+    result = run_scan(plan, json_path, console, quiet, as_json)
+    console.print(f"Saved to {json_path}", style="dim")
+    opts = plan.options
+    if opts.nnodes > 1 and opts.rdzv_endpoint:
+        print_node_summary(console, result, opts, adopted.store_hosted)
+    if not result.ok_trials:
+        raise fail("no trial could be measured; see the failures above", EXIT_NOTHING_MEASURED)
+    if plot is not None:
+        save_plot(result, plot, console)
+
+
+def checked_outputs(format_: str, plot: Optional[Path]) -> bool:
+    """Refuse a bad ``--format`` or ``--plot`` before any work (no matplotlib costs no scan); True for JSON."""
     try:
         as_json = output_format(format_) == "json"
         if plot is not None:
-            plot_mod.check_plot(plot)  # before any work: a wrong extension or no matplotlib costs no scan
+            plot_mod.check_plot(plot)
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
-    console = Console(stderr=as_json)  # under --format json, stdout holds the JSON alone
+    return as_json
+
+
+def planned_scan(spec: Optional[str], flags: dict, json_path: Optional[Path], resume: bool):
+    """The scan's plan from flags > ``[tool.loadtune]`` > the spec's defaults, and where it is saved.
+    Under torchrun only local rank 0 scans: the others exit here."""
     try:
-        overrides = dict(
-            workers=int_list(workers, "--workers"),
-            batch_size=int_list(batch_size, "--batch-size"),
-            prefetch=int_list(prefetch, "--prefetch"),
-            pin=pin,
-            persistent=persistent,
-            device=device,
-            transfer=transfer.split(",") if transfer else None,
-            step_ms=step_ms,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            warmup=warmup,
-            block_time=block_time,
-            blocks=blocks,
-            min_blocks=min_blocks,
-            target_spread=target_spread,
-            allow_reorder=allow_reorder or None,
-            start_method=start_method.split(",") if start_method else None,
-            search="grid" if grid else None,
-            budget=budget,
-            confirm=confirm,
-            timeout=timeout,
-            seed=seed,
-            nproc_per_node=nproc_per_node,
-            nnodes=nnodes,
-            node_rank=node_rank,
-            rdzv_endpoint=rdzv_endpoint,
-            max_memory=max_memory,
-            diagnose=diagnose,
-        )
-        adopted = distributed.adopt_launcher(overrides)  # under torchrun: its layout, local rank 0 scans
+        for name in ("workers", "batch_size", "prefetch"):
+            flags[name] = int_list(flags[name], "--" + name.replace("_", "-"))
+        adopted = distributed.adopt_launcher(flags)  # under torchrun: its layout
         if adopted.stand_aside:
             Console(stderr=True).print(adopted.stand_aside, style="dim")
             raise typer.Exit(0)
         project = load_project()
-        overrides = {k: v if v is not None else project.get(k) for k, v in overrides.items()}  # flags > pyproject
+        overrides = {k: v if v is not None else project.get(k) for k, v in flags.items()}  # flags > pyproject
         overrides.update({k: v for k, v in project.items() if k not in overrides and k not in PROJECT_KEYS})
         spec = spec or project.get("spec") or missing("a spec file", "spec")
         json_path = json_path or Path(project.get("json", "loadtune.json"))
@@ -201,8 +217,20 @@ def scan(
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None  # nothing measured yet: nothing to save
+    return plan, json_path, adopted
+
+
+def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool) -> ScanResult:
+    """Measure, with progress unless quiet, and print (or write the JSON); on Ctrl-C print and save
+    what was measured, then exit 130."""
     result = plan.result
-    render = (lambda: None) if as_json else (lambda: (print_recommendation if quiet else print_report)(console, result))
+
+    def render() -> None:
+        if as_json:
+            write_json(result.to_dict())
+        else:
+            (print_recommendation if quiet else print_report)(console, result)
+
     try:
         if quiet:
             result = execute(plan, json_path)
@@ -211,27 +239,21 @@ def scan(
                 result = execute(plan, json_path, display)
     except KeyboardInterrupt:
         render()
-        if as_json:
-            write_json(result.to_dict())
         console.print(f"Interrupted: {len(result.trials)} finished trials saved to {json_path}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     render()
-    if as_json:
-        write_json(result.to_dict())
-    console.print(f"Saved to {json_path}", style="dim")
-    opts = plan.options
-    if opts.nnodes > 1 and opts.rdzv_endpoint:
-        try:
-            nodes = distributed.gather_nodes(opts.rdzv_endpoint, opts.nnodes, opts.node_rank, node_summary(result, opts.node_rank),
-                                             adopted.store_hosted)
-        except (RuntimeError, distributed.DistributedError) as exc:  # the store's timeout, or a bad endpoint
-            raise fail(f"the per-node summary could not be gathered at {opts.rdzv_endpoint}: {exc}") from None
-        if nodes is not None:
-            print_nodes(console, nodes)
-    if not result.ok_trials:
-        raise fail("no trial could be measured; see the failures above", EXIT_NOTHING_MEASURED)
-    if plot is not None:
-        save_plot(result, plot, console)
+    return result
+
+
+def print_node_summary(console: Console, result: ScanResult, opts: ScanOptions, store_hosted: bool) -> None:
+    """Multi-node: every node sends its pick; node 0 prints one row per node."""
+    try:
+        nodes = distributed.gather_nodes(opts.rdzv_endpoint, opts.nnodes, opts.node_rank,
+                                         node_summary(result, opts.node_rank), store_hosted)
+    except (RuntimeError, distributed.DistributedError) as exc:  # the store's timeout, or a bad endpoint
+        raise fail(f"the per-node summary could not be gathered at {opts.rdzv_endpoint}: {exc}") from None
+    if nodes is not None:
+        print_nodes(console, nodes)
 
 
 def node_summary(result: ScanResult, node_rank: int) -> dict:
@@ -260,7 +282,9 @@ def check(
     prefetch: Optional[int] = typer.Option(None, help="check this prefetch_factor instead of the baseline's pick"),
     pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="check this pin_memory instead of the baseline's pick"),
     persistent: Optional[bool] = typer.Option(None, "--persistent/--no-persistent", help="check this persistent_workers instead"),
-    rounds: int = typer.Option(3, min=1, help="interleaved rounds of (calibration, config, PyTorch's defaults)"),
+    rounds: int = typer.Option(3, help="paired rounds of the config and its shaped calibration, at least (>= 2)"),
+    budget: float = typer.Option(DEFAULT_BUDGET_S, help="seconds of rounds, at most: more rounds are measured while the "
+                                 "verdict is inconclusive and another fits"),
     junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="write a JUnit XML report here"),
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the full check result here"),
@@ -278,12 +302,15 @@ def check(
                 check_writable(path)
         saved = ScanResult.load(baseline_path)
         config = explicit_config(saved, workers=workers, batch_size=batch_size, prefetch=prefetch, pin=pin, persistent=persistent)
-        outcome = run_check(spec, saved, config, tol, floor, rounds)
+        if budget <= 0:
+            raise OptionsError(f"--budget must be a positive number of seconds, got {budget:g}")
+        outcome = run_check(spec, saved, config, tol, floor, rounds, budget,
+                            on_round=lambda i, paired: console.print(round_line(i, paired), style="dim", highlight=False))
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    print_check(console, outcome)
+    print_check(console, outcome, rounds=False)
     if junit_xml:
         write_atomic(junit_xml, ci.junit_xml(outcome))
     if markdown_path:
@@ -294,11 +321,14 @@ def check(
         raise typer.Exit(EXIT_NOTHING_MEASURED)
     if outcome.status == REGRESSION:
         raise typer.Exit(EXIT_REGRESSION)
+    if outcome.status == INCONCLUSIVE:
+        raise typer.Exit(EXIT_INCONCLUSIVE)
 
 
 @app.command()
 def show(
-    result_paths: list[Path] = typer.Argument(..., metavar="RESULT [OTHER]", help="a saved scan (e.g. loadtune.json); two: compare them config by config"),
+    result_paths: list[Path] = typer.Argument(..., metavar="RESULT [OTHER]", help="a saved scan (e.g. loadtune.json); two: compare them config by "
+                                                                                  "config"),
     top: Optional[int] = typer.Option(None, "--top", help="show the first N rows only"),
     sort: str = typer.Option("rate", "--sort", help="order rows by rate, workers, memory or startup (two scans: rate, workers or ratio)"),
     batch_size: Optional[str] = typer.Option(None, "--batch-size", help="only these batch sizes, e.g. 64 or 32,64"),

@@ -1,1 +1,3 @@
-"""TODO."""
+"""Where measuring happens: loading the spec, reading the machine, running trials in isolated
+processes (``trial/``), several ranks per trial (``distributed/``), and the orchestration of a scan,
+a check and ``doctor``. The Python API (``loadtune.scan``) lives in ``engine.scan``."""

@@ -7,13 +7,18 @@ in the baseline, rather than samples/s measured on two different machines.
 
 from __future__ import annotations
 
+import multiprocessing
+import time
 from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
 
 from loadtune.model.config import TrialConfig
-from loadtune.engine.spec import SpecRef
+from loadtune.engine.spec import LoadedSpec, SpecRef, from_objects
+from loadtune.engine.trial.child import main_module_hidden
+from loadtune.model.paired import CalibrationShape
+from loadtune.model.results import ScanResult
 
 SIZE = 48  # per-sample work: a few small matmuls and elementwise ops, a fraction of a millisecond
 
@@ -39,3 +44,83 @@ def dataset() -> Calibration:
 
 REF = SpecRef(path=str(Path(__file__).resolve()), module=__name__)
 CONFIG = TrialConfig(batch_size=32, num_workers=0)  # one process: no scheduling of workers in the yardstick
+
+
+# --- the shaped calibration of ``check``: the user's per-sample costs, in fixed work -------------------------
+
+MIN_WAIT_S = 200e-6  # waits shorter than a sleep's own cost are not reproduced
+UNIT_SIZE = 16  # one unit of work: an in-place tanh of 16x16 values, a few microseconds, mostly operator overhead
+
+
+def work(units: int, seed: int) -> float:
+    """``units`` of fixed CPU work, deterministic: the same operations on every machine."""
+    x = torch.full((UNIT_SIZE, UNIT_SIZE), 1.0 + (seed % 7) * 1e-3)
+    for _ in range(units):
+        x.tanh_()
+    return float(x[0, 0])
+
+
+def unit_seconds_isolated() -> float:
+    """``unit_seconds`` measured in a fork-server child: running torch ops here would start this
+    process's thread pools, and a trial forked from it later could deadlock in them."""
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    with main_module_hidden(), ctx.Pool(1) as pool:
+        return pool.apply(unit_seconds)
+
+
+def unit_seconds(units: int = 2000, repeats: int = 5) -> float:
+    """CPU seconds one unit takes on this thread: the fastest of a few repeats (the others met other
+    processes' load). Sets how many units stand for a measured per-sample cost."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.thread_time()
+        work(units, 0)
+        best = min(best, time.thread_time() - start)
+    return max(best / units, 1e-9)
+
+
+class ShapedCalibration(Dataset):
+    """Each sample: ``shape.units`` of fixed CPU work, ``shape.sleep_s`` of waiting, ``shape.sample_numel``
+    float32 values out. Module-level, so it pickles to workers under any start method."""
+
+    def __init__(self, shape: CalibrationShape, length: int):
+        self.shape, self.length = shape, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        value = work(self.shape.units, i)
+        if self.shape.sleep_s > 0:
+            time.sleep(self.shape.sleep_s)
+        out = torch.zeros(max(1, self.shape.sample_numel))
+        out[0] = value
+        return out
+
+
+def shaped_spec(shape: CalibrationShape, length: int) -> LoadedSpec:
+    """The shaped calibration as an in-memory spec, with the user's dataset length (so epochs end
+    where theirs do: persistent_workers matters alike)."""
+    spec = from_objects(ShapedCalibration(shape, length))
+    spec.picklable = True  # the CLI has run torch ops by now: its thread pools must not be forked
+    return spec
+
+
+def shape_for(result: ScanResult, config: TrialConfig, unit_s: float) -> CalibrationShape | None:
+    """The user's per-sample costs at ``config``: from the stage profile when it was taken at the
+    config's batch size (dataset CPU, waiting, collation per sample, batch bytes), else from the CPU
+    the config's own trials used per sample. None when neither was measured."""
+    st = result.stages
+    if st is not None and not st.error and st.fetch_cpu is not None and st.batch_size == config.batch_size:
+        cpu = st.fetch_cpu.mean + st.collate.mean / st.batch_size
+        wait = st.fetch_wall.mean - st.fetch_cpu.mean
+        wait = wait if wait > max(MIN_WAIT_S, 0.1 * cpu) else 0.0  # below that, the profile's noise, not I/O
+        numel = st.batch_bytes // (4 * st.batch_size)
+        return CalibrationShape(max(1, round(cpu / unit_s)), wait, max(1, numel), unit_s, "stage profile")
+    measured = result.config_result(config)
+    if measured is None or measured.cpu_per_sample is None:
+        return None
+    batch = measured.batch
+    numel = batch.nbytes // (4 * config.batch_size) if batch else 1
+    return CalibrationShape(max(1, round(measured.cpu_per_sample / unit_s)), 0.0, max(1, numel), unit_s, "trial CPU")

@@ -1,32 +1,42 @@
-"""``loadtune check``: a CI gate that fails when loading got slower (SPEC §8).
+"""``loadtune check``: a CI gate that fails when loading got slower, and not when the machine did.
 
-CI machines differ in speed and are noisy, so absolute samples/s from the baseline's machine are not
-compared with today's. In every round the checked config and loadtune's calibration workload are
-measured side by side; the figure compared is their ratio, against the same ratio in the baseline.
-A slowdown counts as a regression only when it exceeds the tolerance *and* the measured noise.
+The baseline scan recorded its pick in paired rounds beside a calibration workload shaped like the
+dataset (``engine.reference``). A check measures the same rounds today, with the same loader settings,
+so another process's load or a slower machine moves both trials of a round alike; the verdict compares
+the ratio of the two with the baseline's (``analysis.verdict``), and measures more rounds while the
+interval is too wide to decide, up to a time budget (docs/ci.md).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
+import time
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from loadtune.engine import calibration
 from loadtune.engine import probe as probe_mod
+from loadtune.engine.distributed.agent import with_ranks
 from loadtune.engine.distributed.layout import DistributedError, setup_for
 from loadtune.engine.distributed.layout import validate as validate_layout
 from loadtune.engine.machine import collect
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.model.config import TrialConfig, transfer_for
 from loadtune.model.results import ScanResult
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.spec import LoadedSpec, load_spec
 from loadtune.engine.trial.workload import StepWorkload, calibrate
-from loadtune.model.check import CheckResult
+from loadtune.model.check import INCONCLUSIVE, CheckResult
+from loadtune.model.paired import PairedRound
+from loadtune.model.results import Trial
+from loadtune.engine.reference import calibration_for, paired_round
 from loadtune.analysis.environment import environment_changes, spec_identity
-from loadtune.analysis.verdict import judge, normalised
+from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change
+
+
+DEFAULT_BUDGET_S = 180.0  # seconds a check may spend on rounds before it settles for "inconclusive"
+MAX_ROUNDS = 20
 
 
 class BaselineError(ValueError):
@@ -40,8 +50,10 @@ def check_baseline(baseline: ScanResult, spec: LoadedSpec) -> None:
         raise BaselineError(f"the baseline is of another dataset ({then[0]}:{then[1]}, {then[2]}), not {now[0]}:{now[1]} ({now[2]})")
     if baseline.recommendation is None:
         raise BaselineError("the baseline holds no recommendation (its scan measured nothing); run loadtune scan again")
-    if not any(t.ok for t in baseline.calibration):
-        raise BaselineError("the baseline has no calibration figure (an older or interrupted scan); run loadtune scan again")
+    reference = baseline.reference
+    if reference is None or len([r for r in reference.rounds if r.ratio]) < MIN_BASELINE_ROUNDS:
+        raise BaselineError("the baseline has no paired reference for check (a scan by an older loadtune, an interrupted "
+                            "one, or one with --reference-rounds 0 or without a stage profile): run loadtune scan again")
 
 
 def baseline_step(step: dict | None, device: str) -> StepWorkload | None:
@@ -67,54 +79,84 @@ def run_check(
     tolerance: float = 0.10,
     min_throughput: float | None = None,
     rounds: int = 3,
+    budget_s: float = DEFAULT_BUDGET_S,
+    on_round: Callable[[int, PairedRound], None] | None = None,
 ) -> CheckResult:
-    """Measure the config (the baseline's pick unless given), PyTorch's defaults and the calibration
-    workload in interleaved rounds, with the baseline's own timing and loader options."""
+    """Measure the baseline's pick and its shaped calibration in paired rounds, with the baseline's own
+    timing and loader options: at least ``rounds``, then more while the verdict is inconclusive and
+    another round fits in ``budget_s``. PyTorch's defaults are measured once, for context."""
+    started = time.monotonic()
     spec = load_spec(spec_target)
     check_baseline(baseline, spec)
-    config = config or baseline.recommendation.config
-    picked = baseline.config_result(config)
-    if picked is None or not picked.ok:
-        raise BaselineError(f"the baseline has no measurement of {config.label()}; scan that config first")
-    opts = baseline.settings["options"]
-    timing = Timing(warmup_s=opts["warmup"], block_s=opts["block_time"], blocks=opts["blocks"], max_s=opts["timeout"] * 0.8,
-                    min_blocks=opts.get("min_blocks", 3), target_spread=opts.get("target_spread", 0.0))
-    loader = LoaderOptions(shuffle=opts["shuffle"], drop_last=opts["drop_last"], seed=opts["seed"])
+    reference = baseline.reference
+    config = config or reference.config
+    if config != reference.config:
+        raise BaselineError(f"the baseline's reference is of {reference.config.label()}, not {config.label()}: scan with "
+                            "that config recommended (or narrowed to it) to check it")
+    if rounds < MIN_ROUNDS:
+        raise BaselineError(f"--rounds {rounds} cannot decide: at least {MIN_ROUNDS} paired rounds show the noise")
+    request, device = check_request(baseline, spec)
+    calibration = calibration_for(reference.shape, spec.length)
+    trials: list[Trial] = []
+    default = TrialConfig(config.batch_size, 0, transfer=transfer_for(False, device.startswith("cuda")))
+    default_trial = run_trial(spec.ref, replace(request, config=default)) if default != config else None
+    trials += [default_trial] if default_trial else []
+    paired: list[PairedRound] = []
+    status = INCONCLUSIVE
+    while len(paired) < MAX_ROUNDS:
+        round_start = time.monotonic()
+        got, round_trials = paired_round(spec.ref, calibration, replace(request, config=config), len(paired))
+        paired.append(got)
+        trials += round_trials
+        if on_round:
+            on_round(len(paired), got)
+        if len(paired) >= rounds:
+            status, _, _ = judge(reference.rounds, paired, tolerance, min_throughput)
+            round_s = time.monotonic() - round_start
+            if status != INCONCLUSIVE or time.monotonic() - started + round_s > budget_s:
+                break
+    return outcome(baseline, config, paired, tolerance, min_throughput, default_trial, trials, started)
+
+
+def check_request(baseline: ScanResult, spec: LoadedSpec) -> tuple[TrialRequest, str]:
+    """The request every trial of the check uses: the baseline's timing, loader options, step, device
+    (the CPU when this machine has no accelerator) and ranks."""
+    opts = baseline.settings.options
     machine = collect()
-    device = baseline.settings["device"] if machine.has_accelerator or baseline.settings["device"] == "cpu" else "cpu"
-    work = baseline_step(baseline.settings.get("step"), device)
+    device = baseline.settings.device if machine.has_accelerator or baseline.settings.device == "cpu" else "cpu"
+    work = baseline_step(baseline.settings.step, device)
     try:  # a baseline of several ranks is checked on as many: this machine must hold them
-        validate_layout(opts.get("nproc_per_node", 1), opts.get("nnodes", 1), opts.get("node_rank", 0), len(machine.gpus),
+        validate_layout(opts.nproc_per_node, opts.nnodes, opts.node_rank, len(machine.gpus),
                         "cpu" if device == "cpu" else "cuda")
     except DistributedError as exc:
         raise BaselineError(f"the baseline's layout cannot run here: {exc}") from None
-    ranks = setup_for(opts.get("nproc_per_node", 1), opts.get("nnodes", 1), opts.get("node_rank", 0), device,
-                      opts["blocks"] * opts["block_time"], spec.ref)  # a baseline of several ranks is checked on as many
-    request = lambda c, dev, w=None, r=None: TrialRequest(c, dev, timing, loader, opts["timeout"], machine.start_method,  # noqa: E731
-                                                          workload=w, ranks=r)
-    default = TrialConfig(config.batch_size, 0, transfer=transfer_for(False, device.startswith("cuda")))
-    trials, pairs, defaults = [], [], []
-    for _ in range(rounds):
-        cal = run_trial(calibration.REF, request(calibration.CONFIG, "cpu"))
-        mine = run_trial(spec.ref, request(config, device, work, ranks))
-        base = run_trial(spec.ref, request(default, device, work, ranks)) if default != config else None
-        trials += [t for t in (cal, mine, base) if t is not None]
-        pairs.append((mine.estimate.median if mine.ok else None, cal.estimate.median if cal.ok else None))
-        if base is not None and base.ok:
-            defaults.append(base.estimate.median)
-    cal_then = [t.estimate.median for t in baseline.calibration if t.ok]
-    ratios = [r / c for r, c in pairs if r and c]
-    rates = [r for r, _ in pairs if r]
-    status, reasons, change = judge(normalised(picked.estimate, cal_then), ratios, tolerance,
-                                    statistics.median(rates) if rates else None, min_throughput)
+    ranks = setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, device, opts.blocks * opts.block_time, spec.ref)
+    loader = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
+    request = TrialRequest(baseline.reference.config, device, scan_timing(opts), loader, opts.timeout,
+                           machine.start_method, workload=work)
+    return with_ranks(request, ranks), device
+
+
+def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound], tolerance: float,
+            min_throughput: float | None, default_trial: Trial | None, trials: list[Trial], started: float) -> CheckResult:
+    """The verdict and its figures, with how the machine moved and what differs around it."""
+    reference = baseline.reference
+    status, reasons, change = judge(reference.rounds, paired, tolerance, min_throughput)
+    moved = machine_change(reference.rounds, paired)
+    if moved is not None and (moved.high < -tolerance or moved.low > tolerance):
+        reasons.append(f"the machine itself ran the shaped calibration {moved.value:+.0%} against the baseline's "
+                       f"({moved.low:+.0%} to {moved.high:+.0%}): the paired ratio discounts that")
+    picked = baseline.config_result(config)
     return CheckResult(
-        config=config, tolerance=tolerance, baseline_rate=picked.estimate.median,
-        baseline_calibration=statistics.median(cal_then), rounds=pairs,
-        default_rate=statistics.median(defaults) if defaults else None, min_throughput=min_throughput,
-        status=status, reasons=reasons, change=change[0] if change else None,
-        change_low=change[1] if change else None,
-        change_high=change[2] if change and math.isfinite(change[2]) else None,  # None: unbounded (a noisy baseline)
-        environment=environment_changes(baseline.machine, machine), trials=trials,
+        config=config, tolerance=tolerance, baseline_rate=picked.estimate.median if picked and picked.ok else 0.0,
+        rounds=paired, baseline_rounds=list(reference.rounds), shape=reference.shape,
+        default_rate=default_trial.estimate.median if default_trial and default_trial.ok else None,
+        min_throughput=min_throughput, status=status, reasons=reasons,
+        change=change.value if change else None, change_low=change.low if change else None,
+        change_high=change.high if change else None,
+        machine_change=moved.value if moved else None, machine_low=moved.low if moved else None,
+        machine_high=moved.high if moved else None,
+        environment=environment_changes(baseline.machine, collect()), wall_s=time.monotonic() - started, trials=trials,
     )
 
 

@@ -1,4 +1,4 @@
-"""``loadtune doctor``: what this machine offers a DataLoader and the copy to its GPUs (SPEC §2).
+"""``loadtune doctor``: what this machine offers a DataLoader and the copy to its GPUs.
 
 Cores, memory and versions come from ``machine.py``; each GPU's name, driver and PCIe link from
 NVML; the copy rates are measured here: host-to-device and device-to-host, from pinned and from
@@ -14,9 +14,9 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from loadtune.engine import machine as machine_mod
-from loadtune.model.machine import MachineInfo
-from loadtune.engine.trial import nvml
 from loadtune.engine.bandwidth import SIZES, CopyRate, copy_rate
+from loadtune.engine.trial import nvml
+from loadtune.model.machine import MachineInfo
 
 # GB/s (10^9 bytes) per lane after encoding: 8b/10b for gen 1-2, 128b/130b for 3-5, FLIT mode for 6
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
@@ -99,7 +99,7 @@ def examine_gpu(index: int, sizes: tuple[int, ...], measure: bool) -> GPUDoctor:
                 for direction in ("h2d", "d2h"):
                     for pinned in (True, False):
                         gpu.copies.append(copy_rate(torch.device("cuda", index), nbytes, direction, pinned))
-        except Exception as exc:  # a broken device or out of memory: say so, show the rest
+        except Exception as exc:  # noqa: BLE001 - a broken device or out of memory: say so, show the rest
             gpu.error = f"{type(exc).__name__}: {exc}"
         finally:
             torch.cuda.empty_cache()

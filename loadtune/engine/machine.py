@@ -37,7 +37,7 @@ def parse_cfs(quota_text: str, period_text: str) -> float | None:
 def cgroup_v2_dirs(root: Path = CGROUP_ROOT) -> list[Path]:
     """This process's cgroup v2 directory and its ancestors: a quota on any of them applies."""
     try:
-        line = next(l for l in Path("/proc/self/cgroup").read_text().splitlines() if l.startswith("0::"))
+        line = next(entry for entry in Path("/proc/self/cgroup").read_text().splitlines() if entry.startswith("0::"))
     except (OSError, StopIteration):
         return [root]
     here = root / line[3:].strip().lstrip("/")

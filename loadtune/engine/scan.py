@@ -12,32 +12,39 @@ import pickle
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from loadtune.engine import calibration
+from loadtune.engine.reference import record_reference
 from loadtune.engine.distributed import layout as distributed
+from loadtune.engine.distributed.agent import with_ranks
 from loadtune.engine import machine as machine_mod
 from loadtune.model.machine import MachineInfo
 from loadtune.engine import probe as probe_mod
 from loadtune.engine import stages as stages_mod
 from loadtune.analysis.footprint import parse_size
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.model.config import PlanError, Skip, TrialConfig, transfer_for
 from loadtune.search.space import SearchSpace, build_grid, default_workers, reference_configs
-from loadtune.analysis.recommend import NOISE_FLOOR, recommend
+from loadtune.analysis.recommend import recommend
 from loadtune.model.results import ScanResult, SpecInfo, Trial, check_writable
+from loadtune.model.settings import ScanOptions, ScanSettings
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.engine.trial.protocol import RankSetup, TrialRequest
 from loadtune.search.adaptive import AdaptiveSearch
 from loadtune.search.grid import GridSearch
+from loadtune.search.strategy import Strategy
 from loadtune.engine.spec import LoadedSpec, SpecRef, from_objects, load_spec
 from loadtune.engine.trial.workload import StepWorkload, WorkloadError, check_step_ms
 from loadtune.engine.trial.workload import calibrate as calibrate_step
 
 DEFAULT_BATCH_SIZE = 64
 MAX_WORKERS_FLOOR = 64  # the adaptive search may extend num_workers up to max(this, 8 x usable cores), memory allowing
+NO_PROFILE_WITH_RANKS = ("no stage profile or bound with several ranks: the profile models one loader, and ranks share "
+                         "the node's cores in ways it does not (the table's slowest rank is the figure)")
 
 
 class OptionsError(ValueError):
@@ -49,82 +56,57 @@ def is_seconds(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-@dataclass
-class ScanOptions:
-    """Every knob of a scan. Field names are also the keys of a spec's ``loadtune = {...}`` dict."""
+def validate_options(opts: ScanOptions) -> None:
+    """Refuse an invalid value before any work; normalise ``min_blocks`` and ``max_memory`` (to bytes)."""
+    if opts.step_ms is not None:
+        try:
+            check_step_ms(opts.step_ms)
+        except WorkloadError as exc:
+            raise OptionsError(str(exc)) from None
+    check_flags(opts)
+    check_counts(opts)
+    check_fractions(opts)
+    if opts.device is not None and not isinstance(opts.device, str):
+        raise OptionsError(f"device must be 'cpu' or 'cuda[:N]', got {opts.device!r}")
+    if opts.search not in ("adaptive", "grid"):
+        raise OptionsError(f"search must be 'adaptive' or 'grid', got {opts.search!r}")
+    for name in ("warmup", "block_time", "timeout"):
+        if not is_seconds(getattr(opts, name)):
+            raise OptionsError(f"{name} must be a positive number of seconds, got {getattr(opts, name)!r}")
+    if opts.budget is not None and not is_seconds(opts.budget):
+        raise OptionsError(f"budget must be a positive number of seconds, got {opts.budget!r}")
+    if opts.max_memory is not None:
+        try:
+            opts.max_memory = parse_size(opts.max_memory)
+        except ValueError as exc:
+            raise OptionsError(f"max_memory (--max-memory): {exc}") from None
+    if opts.timeout <= opts.warmup + opts.block_time:
+        raise OptionsError(f"timeout ({opts.timeout:g} s) leaves no time to measure; raise it")
 
-    batch_size: list[int] | None = None  # None: DEFAULT_BATCH_SIZE
-    workers: list[int] | None = None  # None: 0, 1, 2, 4, ... up to 2x the usable cores
-    prefetch: list[int] = field(default_factory=lambda: [2, 4])
-    pin: bool | None = None  # None: search both where an accelerator is present
-    persistent: bool | None = None  # None: search both
-    device: str | None = None  # None: "cuda" when available, else "cpu"
-    shuffle: bool = True
-    drop_last: bool = False
-    warmup: float = 1.0  # seconds of warm-up, discarded
-    block_time: float = 0.5  # seconds per timed block, at least
-    blocks: int = 10  # timed blocks per trial, at most
-    min_blocks: int = 3  # timed blocks per trial, at least
-    target_spread: float = 0.03  # stop a trial's blocks once its median is known this well (relative)
-    timeout: float = 120.0  # hard limit per trial, seconds
-    noise_floor: float = NOISE_FLOOR
-    allow_reorder: bool = False  # the training tolerates batches out of order: search in_order=False too
-    start_method: list[str] | None = None  # start methods to search, e.g. ["fork", "spawn"]; None: default only
-    search: str = "adaptive"  # "adaptive" or "grid" (exhaustive)
-    budget: float | None = None  # seconds for the whole scan; no new trial starts past it
-    confirm: int = 1  # rounds in which the contenders are re-measured side by side
-    seed: int = 0  # trial order and shuffling
-    step_ms: float | None = None  # a synthetic consumer step of about this many ms per batch (no spec step needed)
-    transfer: list[str] | None = None  # transfer strategies to search on a CUDA device; None: sync, non_blocking, stream
-    nproc_per_node: int = 1  # ranks per trial, each with its own DataLoader, as under torchrun
-    nnodes: int = 1  # nodes of the training job: each rank's shard is 1/(nnodes x nproc_per_node) of the dataset
-    node_rank: int = 0  # which node this is (its ranks' shards)
-    rdzv_endpoint: str | None = None  # HOST:PORT where the nodes' picks meet for node 0's per-node summary
-    max_memory: int | str | None = None  # configs whose peak host memory exceeds this are not recommended ("8G")
-    diagnose: bool = True  # profile the stages once (where the time goes, the bound)
 
-    def timing(self) -> Timing:
-        """How each trial measures; the soft cap leaves the hard per-trial timeout a margin."""
-        return Timing(warmup_s=self.warmup, block_s=self.block_time, blocks=self.blocks, max_s=self.timeout * 0.8,
-                      min_blocks=self.min_blocks, target_spread=self.target_spread)
+def check_flags(opts: ScanOptions) -> None:
+    for name in ("pin", "persistent", "shuffle", "drop_last", "allow_reorder", "diagnose"):
+        value = getattr(opts, name)
+        if not isinstance(value, bool) and not (value is None and name in ("pin", "persistent")):
+            raise OptionsError(f"{name} must be true or false, got {value!r}")
 
-    def validate(self) -> None:
-        if self.step_ms is not None:
-            try:
-                check_step_ms(self.step_ms)
-            except WorkloadError as exc:
-                raise OptionsError(str(exc)) from None
-        for name in ("pin", "persistent", "shuffle", "drop_last", "allow_reorder", "diagnose"):
-            value = getattr(self, name)
-            if not isinstance(value, bool) and not (value is None and name in ("pin", "persistent")):
-                raise OptionsError(f"{name} must be true or false, got {value!r}")
-        if self.device is not None and not isinstance(self.device, str):
-            raise OptionsError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
-        for name in ("warmup", "block_time", "timeout"):
-            value = getattr(self, name)
-            if not is_seconds(value):
-                raise OptionsError(f"{name} must be a positive number of seconds, got {value!r}")
-        for name, low in (("seed", None), ("blocks", 1), ("min_blocks", 1), ("confirm", 0)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or (low is not None and value < low):
-                raise OptionsError(f"{name} must be a whole number{f' >= {low}' if low is not None else ''}, got {value!r}")
-        if self.min_blocks > self.blocks:
-            self.min_blocks = self.blocks
-        if self.search not in ("adaptive", "grid"):
-            raise OptionsError(f"search must be 'adaptive' or 'grid', got {self.search!r}")
-        if self.budget is not None and not is_seconds(self.budget):
-            raise OptionsError(f"budget must be a positive number of seconds, got {self.budget!r}")
-        if not isinstance(self.target_spread, (int, float)) or isinstance(self.target_spread, bool) or not 0 <= self.target_spread < 1:
-            raise OptionsError(f"target_spread must be a fraction in [0, 1), got {self.target_spread!r}")
-        if not isinstance(self.noise_floor, (int, float)) or isinstance(self.noise_floor, bool) or not 0 <= self.noise_floor < 1:
-            raise OptionsError(f"noise_floor must be a fraction in [0, 1), got {self.noise_floor!r}")
-        if self.max_memory is not None:
-            try:
-                self.max_memory = parse_size(self.max_memory)
-            except ValueError as exc:
-                raise OptionsError(f"max_memory (--max-memory): {exc}") from None
-        if self.timeout <= self.warmup + self.block_time:
-            raise OptionsError(f"timeout ({self.timeout:g} s) leaves no time to measure; raise it")
+
+def check_counts(opts: ScanOptions) -> None:
+    for name, low in (("seed", None), ("blocks", 1), ("min_blocks", 1), ("confirm", 0), ("reference_rounds", 0)):
+        value = getattr(opts, name)
+        if not isinstance(value, int) or isinstance(value, bool) or (low is not None and value < low):
+            raise OptionsError(f"{name} must be a whole number{f' >= {low}' if low is not None else ''}, got {value!r}")
+    if opts.reference_rounds == 1:
+        raise OptionsError("reference_rounds must be 0 (no reference for check) or at least 2: one paired round "
+                           "shows no spread, and check could never decide against it")
+    opts.min_blocks = min(opts.min_blocks, opts.blocks)
+
+
+def check_fractions(opts: ScanOptions) -> None:
+    for name in ("target_spread", "noise_floor"):
+        value = getattr(opts, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+            raise OptionsError(f"{name} must be a fraction in [0, 1), got {value!r}")
 
 
 def as_list(value: Any) -> list:
@@ -147,7 +129,7 @@ def resolve_options(spec_defaults: dict, overrides: dict) -> ScanOptions:
             if not merged[key]:
                 raise OptionsError(f"{key} is an empty list: give at least one value, or leave it out for the default")
     opts = ScanOptions(**merged)
-    opts.validate()
+    validate_options(opts)
     return opts
 
 
@@ -182,12 +164,15 @@ def spec_info(spec: LoadedSpec) -> SpecInfo:
 
 
 class ScanObserver(Protocol):
-    """What a progress display hears about. All methods optional in spirit; implement all."""
+    """What a progress display hears about. Implement every method, or subclass this class: the
+    methods a subclass leaves out do nothing."""
 
     def scan_started(self, result: ScanResult, planned: int | None, budget: float | None) -> None: ...
     def trial_started(self, index: int, config: TrialConfig, round_: int) -> None: ...
     def trial_event(self, kind: str, payload: Any) -> None: ...
     def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None: ...
+    def profile_started(self) -> None: ...
+    def reference_started(self, rounds: int) -> None: ...
 
 
 @dataclass
@@ -199,19 +184,13 @@ class Plan:
     options: ScanOptions
     machine: MachineInfo
     device: str
-    strategy: GridSearch | AdaptiveSearch
+    strategy: Strategy
     result: ScanResult
 
 
 def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     """Load the spec, resolve and check options, build the trial list. No trial runs here."""
-    if isinstance(dataset_or_spec, (str, Path, SpecRef)):
-        spec = load_spec(dataset_or_spec)
-        source: SpecRef | LoadedSpec = spec.ref
-    elif isinstance(dataset_or_spec, LoadedSpec):
-        spec = source = dataset_or_spec
-    else:
-        spec = source = from_objects(dataset_or_spec, overrides.pop("collate_fn", None), overrides.pop("step", None))
+    spec, source = load_source(dataset_or_spec, overrides)
     opts = resolve_options(spec.defaults, overrides)
     too_big = [bs for bs in opts.batch_size or [DEFAULT_BATCH_SIZE] if spec.length is not None and bs > spec.length]
     if opts.drop_last and too_big:
@@ -224,8 +203,46 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
         raise OptionsError(str(exc)) from None
     device = pick_device(opts.device, info)
     accelerator = device.startswith("cuda")
-    rank_cores = distributed.cores_per_rank(info.usable_cores, opts.nproc_per_node)  # the node's cores, shared
-    space = SearchSpace(
+    space = search_space(opts, distributed.cores_per_rank(info.usable_cores, opts.nproc_per_node))
+    try:
+        configs, skips = build_grid(space, accelerator)
+    except PlanError as exc:
+        raise OptionsError(str(exc)) from None
+    references = reference_configs(configs, accelerator)
+    strategy = make_strategy(opts, space, configs, references, accelerator, info)
+    settings = ScanSettings(options=opts, device=device, grid_size=len(configs), references=[c.key for c in references],
+                            planned=[c.key for c in configs], max_workers=reachable_workers(opts, space, info.usable_cores))
+    if isinstance(source, LoadedSpec) and accelerator:
+        check_picklable(source)
+    if opts.step_ms is not None and spec.step is not None:
+        raise OptionsError("the spec defines step(batch) and step_ms is given: the synthetic step would replace yours; "
+                           "drop one of them")
+    ranks = distributed.setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, device,
+                                  opts.blocks * opts.block_time, source)
+    if ranks is not None:
+        settings.ranks = asdict(ranks)
+    result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=skips)
+    result.notes += rank_notes(ranks)
+    measure_device(result, device, opts.step_ms)
+    result.notes += busy_notes(info)
+    return Plan(source, spec, opts, info, device, strategy, result)
+
+
+def load_source(dataset_or_spec: Any, overrides: dict) -> tuple[LoadedSpec, SpecRef | LoadedSpec]:
+    """The loaded spec, and what trials load it from: the file's reference, or the objects themselves
+    (then ``collate_fn`` and ``step`` come out of ``overrides``)."""
+    if isinstance(dataset_or_spec, (str, Path, SpecRef)):
+        spec = load_spec(dataset_or_spec)
+        return spec, spec.ref
+    if isinstance(dataset_or_spec, LoadedSpec):
+        return dataset_or_spec, dataset_or_spec
+    spec = from_objects(dataset_or_spec, overrides.pop("collate_fn", None), overrides.pop("step", None))
+    return spec, spec
+
+
+def search_space(opts: ScanOptions, rank_cores: int) -> SearchSpace:
+    """The knobs' values from the options; workers by default from the cores each rank gets."""
+    return SearchSpace(
         batch_sizes=opts.batch_size or [DEFAULT_BATCH_SIZE],
         workers=opts.workers if opts.workers is not None else default_workers(rank_cores),
         prefetch=opts.prefetch,
@@ -235,43 +252,24 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
         start_methods=list(opts.start_method) if opts.start_method else [None],
         transfers=list(opts.transfer) if opts.transfer else None,
     )
-    try:
-        configs, skips = build_grid(space, accelerator)
-    except PlanError as exc:
-        raise OptionsError(str(exc)) from None
-    references = reference_configs(configs, accelerator)
-    strategy = make_strategy(opts, space, configs, references, accelerator, info)
-    settings = {
-        "options": asdict(opts),
-        "device": device,
-        "grid_size": len(configs),
-        "references": [c.key for c in references],
-        "planned": [c.key for c in configs],
-        "max_workers": reachable_workers(opts, space, info.usable_cores),
-    }
-    if isinstance(source, LoadedSpec) and accelerator:
-        check_picklable(source)
-    if opts.step_ms is not None and spec.step is not None:
-        raise OptionsError("the spec defines step(batch) and step_ms is given: the synthetic step would replace yours; "
-                           "drop one of them")
-    ranks = distributed.setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, device,
-                                  opts.blocks * opts.block_time, source)
-    if ranks is not None:
-        settings["ranks"] = asdict(ranks)
-    result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=skips)
-    if ranks is not None:
-        result.notes.append(
-            f"{ranks.nproc_per_node} ranks per trial ({ranks.backend}, {ranks.threads} torch thread(s) each, rank "
+
+
+def rank_notes(ranks: RankSetup | None) -> list[str]:
+    """How the ranks of each trial are laid out, before any figure."""
+    if ranks is None:
+        return []
+    return [f"{ranks.nproc_per_node} ranks per trial ({ranks.backend}, {ranks.threads} torch thread(s) each, rank "
             f"{ranks.global_rank(0)}..{ranks.global_rank(ranks.nproc_per_node - 1)} of {ranks.world_size}): num_workers "
             f"is per rank, so the node runs {ranks.nproc_per_node}× as many; samples/s is the node in step "
-            "(ranks × the slowest rank, the pace of synchronous training)")
-    measure_device(result, device, opts.step_ms)
-    if info.busy:
-        result.notes.append(
-            f"the machine was busy before the scan (load average {info.load_average:.1f} on {info.logical_cores} "
-            "cores): other work competes with the trials, so figures are noisier and lower; re-run on a quiet machine"
-        )
-    return Plan(source, spec, opts, info, device, strategy, result)
+            "(ranks × the slowest rank, the pace of synchronous training)"]
+
+
+def busy_notes(info: MachineInfo) -> list[str]:
+    """A machine already busy before the scan: its figures will be noisier and lower."""
+    if not info.busy:
+        return []
+    return [f"the machine was busy before the scan (load average {info.load_average:.1f} on {info.logical_cores} "
+            "cores): other work competes with the trials, so figures are noisier and lower; re-run on a quiet machine"]
 
 
 def check_picklable(spec: LoadedSpec) -> None:
@@ -299,12 +297,12 @@ def measure_device(result: ScanResult, device: str, step_ms: float | None) -> No
     else:
         work = calibrate_step(step_ms, "cpu") if step_ms is not None else None
     if work is not None:
-        result.settings["step"] = work.to_dict()
+        result.settings.step = work.to_dict()
 
 
 def workload_of(result: ScanResult) -> StepWorkload | None:
     """The synthetic step the scan's trials run (a resumed scan keeps the one it was calibrated with)."""
-    data = result.settings.get("step")
+    data = result.settings.step
     return StepWorkload.from_dict(data) if data else None
 
 
@@ -327,7 +325,7 @@ def make_strategy(
     references: list[TrialConfig],
     accelerator: bool,
     info: MachineInfo,
-) -> GridSearch | AdaptiveSearch:
+) -> Strategy:
     """The exhaustive grid in a shuffled order, or the adaptive search over the same space."""
     if opts.search == "grid":
         order = configs + references
@@ -350,14 +348,13 @@ def resume_from(plan: Plan, json_path: str | Path | None) -> None:
     if (old.spec.sha256, old.spec.factory, old.spec.dataset_type) != (new.spec.sha256, new.spec.factory, new.spec.dataset_type):
         raise OptionsError("cannot resume: the saved scan is of a different spec (the file or factory changed); start a new scan")
     free = ("timeout", "budget", "rdzv_endpoint", "max_memory", "diagnose")  # limits, meeting points and reports, not what is measured
-    mine = {k: v for k, v in new.settings["options"].items() if k not in free}
-    theirs = {k: v for k, v in {**asdict(ScanOptions()), **old.settings.get("options", {})}.items() if k not in free}
-    changed = sorted(k for k in mine if mine[k] != theirs.get(k))
-    if changed or old.settings.get("planned") != new.settings["planned"] or old.settings.get("device") != new.settings["device"]:
+    mine, theirs = asdict(new.settings.options), asdict(old.settings.options)
+    changed = sorted(k for k in mine if k not in free and mine[k] != theirs[k])
+    if changed or old.settings.planned != new.settings.planned or old.settings.device != new.settings.device:
         what = f"options {', '.join(changed)} differ" if changed else "the grid differs"
         raise OptionsError(f"cannot resume: {what} from the saved scan; use the same flags, or start a new scan")
     old.state = "running"
-    old.settings["options"].update({k: new.settings["options"][k] for k in free})  # this run's limits apply
+    old.settings.options = replace(old.settings.options, **{k: mine[k] for k in free})  # this run's limits apply
     # rows that said where the last run stopped (budget, search notes) are said afresh at this run's end
     old.skipped = new.skipped + [s for s in old.skipped if s.key and s not in new.skipped]
     plan.result = old
@@ -375,72 +372,132 @@ def oom_batch_size(result: ScanResult) -> int | None:
     return min(sizes) if sizes else None
 
 
+@dataclass
+class Run:
+    """What the phases of one scan share: the plan, how to build a trial's request, saving, the clock."""
+
+    plan: Plan
+    request_for: Callable[[TrialConfig], TrialRequest]
+    save: Callable[[], None]
+    observer: ScanObserver | None
+    started: float = field(default_factory=time.monotonic)
+
+    def fits(self, trials: float) -> bool:
+        """``trials`` more trials of the usual length fit in the budget (always, without one)."""
+        opts = self.plan.options
+        return not opts.budget or time.monotonic() - self.started + trials * expected_trial_s(self.plan.result, opts) <= opts.budget
+
+
 def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObserver | None = None) -> ScanResult:
     """Run what the strategy proposes, one trial at a time, saving after each, until it proposes
-    nothing or the budget is spent. On Ctrl-C the partial result is saved (state "interrupted") and
-    KeyboardInterrupt propagates."""
+    nothing or the budget is spent; then profile the stages and record the reference for ``check``.
+    On Ctrl-C the partial result is saved (state "interrupted") and KeyboardInterrupt propagates."""
     result, opts, strategy = plan.result, plan.options, plan.strategy
-    references = set(result.settings["references"])
-    timing = opts.timing()
-    loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
-    workload = workload_of(result)
-    ranks = distributed.setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, plan.device,
-                                  opts.blocks * opts.block_time, plan.source)
-    request_for = lambda config: TrialRequest(config, plan.device, timing, loader_options, opts.timeout,  # noqa: E731
-                                              plan.machine.start_method, workload=workload, ranks=ranks)
     save = (lambda: result.save(json_path)) if json_path else (lambda: None)
-    planned = len(strategy.configs) if isinstance(strategy, GridSearch) else None
+    run = Run(plan, requests_of(plan), save, observer)
     if observer:
-        observer.scan_started(result, planned, opts.budget)
+        observer.scan_started(result, strategy.planned, opts.budget)
     save()
-    started = time.monotonic()
-    calibrate = lambda: result.calibration.append(run_trial(calibration.REF, replace(request_for(calibration.CONFIG), device="cpu", workload=None, ranks=None)))  # noqa: E731
     try:
         if not result.calibration:
-            calibrate()  # the machine's speed now, for ``check`` to compare ratios across machines
-            save()
-        while proposals := strategy.propose(result):
-            config, round_ = proposals[0].config, proposals[0].round
-            oom = oom_batch_size(result)
-            if oom is not None and config.batch_size >= oom and round_ == 0:  # contenders fitted once: confirm them
-                result.skipped.append(Skip(config.label(), f"CUDA out of memory at batch size {oom}", config.key))
-                save()
-                continue
-            # the next trial and the closing calibration must both fit
-            if opts.budget and time.monotonic() - started + 2 * expected_trial_s(result, opts) > opts.budget:
-                result.skipped.append(Skip(f"{len(proposals)}+ more trials", f"the {opts.budget:g} s budget would be exceeded"))
-                break
-            if observer:
-                observer.trial_started(len(result.trials), config, round_)
-            trial = run_trial(plan.source, request_for(config), observer.trial_event if observer else None)
-            trial.reference, trial.round = config.key in references, round_
-            result.trials.append(trial)
-            result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory)
-            save()
-            if observer:
-                observer.trial_finished(len(result.trials) - 1, trial, result)
-        if opts.diagnose and "ranks" in result.settings and not any("stage profile" in n for n in result.notes):
-            result.notes.append("no stage profile or bound with several ranks: the profile models one loader, and "
-                                "ranks share the node's cores in ways it does not (the table's slowest rank is the figure)")
-        elif opts.diagnose and result.stages is None and result.recommendation is not None:
-            if opts.budget and time.monotonic() - started + 2 * expected_trial_s(result, opts) > opts.budget:
-                result.notes.append(f"stage profile skipped: the {opts.budget:g} s budget would be exceeded")
-            else:
-                profile_stages(plan, request_for(result.recommendation.config), observer)
-                save()
-        calibrate()  # again at the end: drift during the scan shows as a difference
+            calibrate(run)  # the machine's speed now, for ``show`` to compare scans across machines
+        search(run)
+        diagnose(run)
+        reference(run)
+        calibrate(run)  # again at the end: drift during the scan shows as a difference
     except KeyboardInterrupt:
         result.state = "interrupted"
         result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory)
         save()
         raise
-    if isinstance(strategy, AdaptiveSearch):
-        known = {(s.what, s.why) for s in result.skipped}
-        result.skipped += [s for s in strategy.notes(result) if (s.what, s.why) not in known]
-        result.notes += [n for n in strategy.remarks(result) if n not in result.notes]
+    known = {(s.what, s.why) for s in result.skipped}
+    result.skipped += [s for s in strategy.notes(result) if (s.what, s.why) not in known]
+    result.notes += [n for n in strategy.remarks(result) if n not in result.notes]
     result.state = "complete"
     save()
     return result
+
+
+def requests_of(plan: Plan) -> Callable[[TrialConfig], TrialRequest]:
+    """How every trial of this scan is asked for: the scan's timing, loader options, step and ranks."""
+    opts = plan.options
+    timing = scan_timing(opts)
+    loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
+    workload = workload_of(plan.result)
+    ranks = distributed.setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, plan.device,
+                                  opts.blocks * opts.block_time, plan.source)
+    return lambda config: with_ranks(TrialRequest(config, plan.device, timing, loader_options, opts.timeout,
+                                                  plan.machine.start_method, workload=workload), ranks)
+
+
+def calibrate(run: Run) -> None:
+    """loadtune's fixed yardstick workload, one trial on the CPU."""
+    request = replace(run.request_for(calibration.CONFIG), device="cpu", workload=None, ranks=None, entry=None)
+    run.plan.result.calibration.append(run_trial(calibration.REF, request))
+    run.save()
+
+
+def search(run: Run) -> None:
+    """The strategy's trials, one at a time, the recommendation updated and saved after each."""
+    result, opts, observer = run.plan.result, run.plan.options, run.observer
+    references = set(result.settings.references)
+    while proposals := run.plan.strategy.propose(result):
+        config, round_ = proposals[0].config, proposals[0].round
+        oom = oom_batch_size(result)
+        if oom is not None and config.batch_size >= oom and round_ == 0:  # contenders fitted once: confirm them
+            result.skipped.append(Skip(config.label(), f"CUDA out of memory at batch size {oom}", config.key))
+            run.save()
+            continue
+        if not run.fits(2):  # the next trial and the closing calibration must both fit
+            result.skipped.append(Skip(f"{len(proposals)}+ more trials", f"the {opts.budget:g} s budget would be exceeded"))
+            return
+        if observer:
+            observer.trial_started(len(result.trials), config, round_)
+        trial = run_trial(run.plan.source, run.request_for(config), observer.trial_event if observer else None)
+        trial.reference, trial.round = config.key in references, round_
+        result.trials.append(trial)
+        result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory)
+        run.save()
+        if observer:
+            observer.trial_finished(len(result.trials) - 1, trial, result)
+
+
+def diagnose(run: Run) -> None:
+    """The stage profile at the pick's batch size, where the budget allows (not with several ranks)."""
+    result, opts = run.plan.result, run.plan.options
+    if not opts.diagnose:
+        return
+    if result.settings.distributed:
+        if NO_PROFILE_WITH_RANKS not in result.notes:  # a resumed scan may have said it already
+            result.notes.append(NO_PROFILE_WITH_RANKS)
+    elif result.stages is None and result.recommendation is not None:
+        if not run.fits(2):
+            result.notes.append(f"stage profile skipped: the {opts.budget:g} s budget would be exceeded")
+        else:
+            profile_stages(run.plan, run.request_for(result.recommendation.config), run.observer)
+            run.save()
+
+
+def reference(run: Run) -> None:
+    """The pick in paired rounds with a calibration shaped like the dataset: what ``check`` compares
+    with. Skipped (with a note) where the budget or the measurements do not allow it."""
+    result, opts = run.plan.result, run.plan.options
+    rounds = opts.reference_rounds
+    if not rounds or result.recommendation is None or result.reference is not None:
+        return
+    if not run.fits(2 * rounds + 1):
+        result.notes.append(f"no reference for check: its {rounds} paired rounds would exceed the {opts.budget:g} s budget")
+        return
+    if run.observer:
+        run.observer.reference_started(rounds)
+    pick = result.recommendation.config
+    got = record_reference(result, run.plan.source, run.request_for(pick), rounds)
+    if got is None:
+        result.notes.append("no reference for check: the pick's per-sample costs were not measured (no stage profile "
+                            "at its batch size, no CPU reading)")
+        return
+    result.reference = got
+    run.save()
 
 
 def profile_stages(plan: Plan, request: TrialRequest, observer: ScanObserver | None = None) -> None:
@@ -448,13 +505,13 @@ def profile_stages(plan: Plan, request: TrialRequest, observer: ScanObserver | N
     in its own process. A failure leaves the scan's figures standing and says why in a note."""
     config = TrialConfig(request.config.batch_size, 0, transfer=transfer_for(False, plan.device.startswith("cuda")),
                          start_method=request.config.start_method)
-    if observer and hasattr(observer, "profile_started"):  # optional: older observers lack it
+    if observer:
         observer.profile_started()
     costs, why = stages_mod.run_profile(plan.source, replace(request, config=config, ranks=None))
     if costs is None:
         plan.result.notes.append(f"stage profile failed, so there is no diagnosis: {why}")
         return
-    costs.max_workers = plan.result.settings.get("max_workers")
+    costs.max_workers = plan.result.settings.max_workers
     plan.result.stages = costs
 
 

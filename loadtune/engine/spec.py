@@ -1,4 +1,4 @@
-"""Loading the user's dataset spec file (SPEC §3).
+"""Loading the user's dataset spec file (docs/spec-file.md).
 
 The file is imported as a real module, registered in ``sys.modules`` under its file name and with
 its folder on ``sys.path``: DataLoader workers started with ``spawn`` or ``forkserver`` unpickle the
@@ -61,6 +61,7 @@ class LoadedSpec:
     defaults: dict = field(default_factory=dict)
     ref: SpecRef | None = None
     module_name: str | None = None
+    picklable: bool = False  # made of loadtune's own classes: start trials from the fork server, never by fork
 
     @property
     def iterable(self) -> bool:

@@ -1,9 +1,9 @@
-"""Where the time goes (SPEC §6): one profiling run per scan that times each stage of the data path alone.
+"""Where the time goes: one profiling run per scan that times each stage of the data path alone.
 
 The timed trials are never instrumented: their loop's overhead must stay negligible against a bare
 loop. Instead, once per scan, a profiling run in its own isolated process (the runner's machinery,
-``task="stages"``) drives the user's own dataset, ``collate_fn`` and ``step`` through each stage in
-turn, without changing any of them:
+with ``profile_trial`` as the child's entry) drives the user's own dataset, ``collate_fn`` and
+``step`` through each stage in turn, without changing any of them:
 
 - fetch: ``dataset[i]`` over the sampler's indices (``__getitems__`` where defined), or ``next()`` of
   the stream, with one torch thread as in a worker: CPU (``process_time``) and wall time per sample.
@@ -25,18 +25,29 @@ what the timed trials measure). ``bound.py`` turns the costs into the highest re
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.cpu import process_cpu_s, runqueue_s, worker_pids
-from loadtune.engine.trial.measure import LoaderOptions, Timing, TrialFailure, device_sync, make_consumer, make_loader
+from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.measure import (
+    LoaderOptions,
+    Timing,
+    TrialFailure,
+    device_sync,
+    make_consumer,
+    make_loader,
+    open_device,
+)
+from loadtune.engine.trial.protocol import Kind, TrialRequest, TrialRun
+from loadtune.engine.trial.transfer import move_to, nbytes_of
 from loadtune.model.config import TrialConfig, transfer_for
 from loadtune.model.results import StageCost, StageCosts
-from loadtune.engine.spec import LoadedSpec, SpecRef
-from loadtune.engine.trial.transfer import move_to, nbytes_of
 
 MIN_UNITS = 5  # per phase, at least (a noise estimate needs a few)
 MAX_UNITS = 400  # per phase, at most: cheap stages end early, and the JSON stays small
@@ -54,7 +65,7 @@ class StageTiming:
     max_s: float = 60.0  # soft limit for the whole profile
 
     @classmethod
-    def from_timing(cls, timing: Timing) -> "StageTiming":
+    def from_timing(cls, timing: Timing) -> StageTiming:
         return cls(warmup_s=min(timing.warmup_s, 1.0), phase_s=max(2 * timing.block_s, 0.2), max_s=timing.max_s)
 
 
@@ -165,193 +176,231 @@ def profile(
 ) -> None:
     """Run every phase in this (isolated) process and ``emit("stages", StageCosts)``. ``workload``:
     ``--step-ms``'s synthetic step, which is then the consumer in place of the spec's ``step``."""
-    started = time.perf_counter()
-    st = StageTiming.from_timing(timing)
-    deadline = started + st.max_s
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.zeros(1, device=device)
-        torch.cuda.synchronize(device)
-    threads = torch.get_num_threads()
-    collate = spec.collate_fn or default_collate
-    fetcher = Fetcher(spec, config, options)
-    notes: list[str] = []
-
-    # warm-up: lazily opened files, caches, per-process set-up; also the first batch for what follows
-    samples = fetcher.batch()
-    local = collate(samples)
-    warm_end = time.perf_counter() + st.warmup_s
-    while time.perf_counter() < warm_end and time.perf_counter() < deadline:
-        samples = fetcher.batch()
-        local = collate(samples)
-
-    fetch_main = Recorder()
-    if threads > 1:  # num_workers=0 fetches with the main process's intra-op threads
-
-        def fetch_in_main() -> None:
-            start, queued = time.perf_counter(), runqueue_s()
-            got = fetcher.batch()
-            fetch_main.add(time.perf_counter() - start - (runqueue_s() - queued), len(got))
-
-        repeat(fetch_in_main, st.phase_s / 2, deadline)
-
-    fetch_cpu, fetch_wall, collation = Recorder(), Recorder(), Recorder()
-    waited = 0.0  # seconds this process was runnable but had no core
-
-    def fetch_as_worker() -> None:
-        nonlocal samples, local, waited
-        cpu, wall, queued = time.process_time(), time.perf_counter(), runqueue_s()
-        got = fetcher.batch()
-        wall_end, cpu_end, queued_end = time.perf_counter(), time.process_time(), runqueue_s()
-        waited += queued_end - queued
-        fetch_cpu.add(cpu_end - cpu, len(got))
-        fetch_wall.add(max(cpu_end - cpu, wall_end - wall - (queued_end - queued)), len(got))
-        wall = time.perf_counter()
-        local = collate(got)
-        collation.add(time.perf_counter() - wall)
-        samples = got
-
-    set_threads(1)  # as in a DataLoader worker
-    try:
-        repeat(fetch_as_worker, st.phase_s, deadline, settled=lambda: fetch_cpu.settled() and fetch_wall.settled())
-    finally:
-        set_threads(threads)
-    if not fetch_cpu.seconds:
-        raise TrialFailure("the profiling run had no time left to fetch a batch; raise --timeout")
-    cpu_s = sum(fetch_cpu.seconds)
-    if cpu_s > 0 and waited > BUSY * cpu_s:
-        notes.append(f"other processes kept the fetch waiting for a core ({waited / cpu_s:.0%} of its CPU time): "
-                     "CPU costs read high on a busy machine, and the bound with them")
-
+    run = Profiler(spec, config, device, timing, options)
+    run.warm_up()
+    if run.threads > 1:  # num_workers=0 fetches with the main process's intra-op threads
+        run.fetch_in_main()
+    run.fetch_as_worker()
     step_fn = workload.build(device) if workload is not None else spec.step
-    needs_consumer = step_fn is not None or device.type == "cuda"
-    consumer_config = replace(config, num_workers=0, pin_memory=False, transfer=transfer_for(False, device.type == "cuda"))
-    consume = make_consumer(spec, consumer_config, device, step_fn) if needs_consumer else None
-    sync = device_sync(device)
-    handoff, receive, consumer_received = Recorder(), Recorder(), Recorder()
-    try:
-        hand_off(samples, spec, config, st, deadline, consume, sync, handoff, receive, consumer_received)
-    except Exception as exc:  # noqa: BLE001 - the rest of the profile still stands
-        notes.append(f"hand-off not measured: {type(exc).__name__}: {exc}")
-
-    consumer = Recorder()
-    if consume is not None:
-        def consume_local() -> None:
-            start = time.perf_counter()
-            consume(local)
-            sync()
-            consumer.add(time.perf_counter() - start)
-
-        repeat(consume_local, st.phase_s / 2, deadline)
-
-    pin, copy, step = Recorder(), Recorder(), Recorder()
+    run.consumer_stages(step_fn)
     if device.type == "cuda":
-        cuda_stages(local, step_fn, device, st, deadline, pin, copy, step, notes)
-
-    emit("stages", StageCosts(
-        batch_size=config.batch_size,
-        device=str(device),
-        fetch_cpu=fetch_cpu.cost(),
-        fetch_wall=fetch_wall.cost(),
-        collate=collation.cost(),
-        fetch_main=fetch_main.cost(),
-        handoff=handoff.cost(),
-        receive=receive.cost(),
-        consumer=consumer.cost(),
-        consumer_received=consumer_received.cost(),
-        pin=pin.cost(),
-        copy=copy.cost(),
-        step=step.cost(),
-        batch_bytes=nbytes_of(local),
-        torch_threads=threads,
-        wall_s=time.perf_counter() - started,
-        notes=notes,
-    ))
+        run.cuda_stages(step_fn)
+    emit("stages", run.costs())
 
 
-def hand_off(samples: list, spec: LoadedSpec, config: TrialConfig, st: StageTiming, deadline: float,
-             consume: Callable | None, sync: Callable, handoff: Recorder, receive: Recorder,
-             consumer_received: Recorder) -> None:
-    """One worker replays ``samples``: its CPU per batch is the hand-off's worker side (collating into
-    shared memory, pickling, sending); the main thread's CPU per ``next()`` is the receiving side."""
-    kwargs = {"multiprocessing_context": config.start_method} if config.start_method else {}
-    loader = DataLoader(Replay(samples), batch_size=len(samples), num_workers=1, prefetch_factor=2,
-                        collate_fn=spec.collate_fn, **kwargs)
-    iterator = iter(loader)
-    try:
-        batch = None
-        for _ in range(3):  # the worker is up and the queue is full
-            batch = next(iterator)
-        pid = next(iter(worker_pids(iterator)), None)
-        last = process_cpu_s(pid) if pid else None
+@dataclass
+class StageRecorders:
+    """What the profiling run has measured so far: one Recorder per stage (named as in
+    ``StageCosts``), and notes on how far to trust them."""
+
+    fetch_cpu: Recorder = field(default_factory=Recorder)
+    fetch_wall: Recorder = field(default_factory=Recorder)
+    collate: Recorder = field(default_factory=Recorder)
+    fetch_main: Recorder = field(default_factory=Recorder)
+    handoff: Recorder = field(default_factory=Recorder)
+    receive: Recorder = field(default_factory=Recorder)
+    consumer: Recorder = field(default_factory=Recorder)
+    consumer_received: Recorder = field(default_factory=Recorder)
+    pin: Recorder = field(default_factory=Recorder)
+    copy: Recorder = field(default_factory=Recorder)
+    step: Recorder = field(default_factory=Recorder)
+    notes: list[str] = field(default_factory=list)
+
+    def costs(self, **run: Any) -> StageCosts:
+        """Every stage's cost (None where it was not measured), with the run's own figures."""
+        stages = {f.name: getattr(self, f.name).cost() for f in fields(self) if f.name != "notes"}
+        return StageCosts(**stages, notes=self.notes, **run)
+
+
+def timed(recorder: Recorder, call: Callable[[], Any], sync: Callable[[], None] | None = None) -> Callable[[], None]:
+    """``call`` as one unit for ``repeat``: its wall time, up to the end of the device work it queued."""
+
+    def once() -> None:
+        start = time.perf_counter()
+        call()
+        if sync is not None:
+            sync()
+        recorder.add(time.perf_counter() - start)
+
+    return once
+
+
+class Profiler:
+    """One profiling run, phase by phase. The phases share the fetcher, the latest batch (its samples
+    as fetched and their collation here), the deadline of the whole run and the recorders."""
+
+    def __init__(self, spec: LoadedSpec, config: TrialConfig, device: torch.device, timing: Timing,
+                 options: LoaderOptions):
+        self.started = time.perf_counter()
+        self.st = StageTiming.from_timing(timing)
+        self.deadline = self.started + self.st.max_s
+        self.spec, self.config, self.device = spec, config, device
+        if device.type == "cuda":
+            open_device(device)
+        self.threads = torch.get_num_threads()
+        self.collate = spec.collate_fn or default_collate
+        self.fetcher = Fetcher(spec, config, options)
+        self.rec = StageRecorders()
+        self.samples: list = []  # the latest batch, as fetched ...
+        self.local: Any = None  # ... and as collated in this process
+
+    def warm_up(self) -> None:
+        """Lazily opened files, caches, per-process set-up; also the first batch for what follows."""
+        self.samples = self.fetcher.batch()
+        self.local = self.collate(self.samples)
+        warm_end = time.perf_counter() + self.st.warmup_s
+        while time.perf_counter() < warm_end and time.perf_counter() < self.deadline:
+            self.samples = self.fetcher.batch()
+            self.local = self.collate(self.samples)
+
+    def fetch_in_main(self) -> None:
+        """The fetch with this process's own torch threads, as ``num_workers=0`` runs it."""
+        fetch, recorder = self.fetcher.batch, self.rec.fetch_main
 
         def once() -> None:
-            nonlocal batch, last
-            cpu = time.thread_time()
-            batch = None  # dropping the previous batch (unmapping its shared memory) is part of receiving
-            batch = next(iterator)
-            receive.add(time.thread_time() - cpu)
-            if last is not None:
-                now = process_cpu_s(pid)
-                handoff.add(now - last)
-                last = now
-            if consume is not None:
-                start = time.perf_counter()
-                consume(batch)
-                sync()
-                consumer_received.add(time.perf_counter() - start)
+            start, queued = time.perf_counter(), runqueue_s()
+            got = fetch()
+            recorder.add(time.perf_counter() - start - (runqueue_s() - queued), len(got))
 
-        repeat(once, st.phase_s, deadline)
-    finally:
-        del iterator, loader  # shut the worker down here, not at interpreter exit
+        repeat(once, self.st.phase_s / 2, self.deadline)
 
+    def fetch_as_worker(self) -> None:
+        """Fetch, then collate, with one torch thread as in a DataLoader worker, until both fetch means
+        settle: CPU and wall time per sample (the wall time less any wait for a core), collation
+        per batch. Notes a fetch that other processes kept waiting for a core."""
+        fetch, collate, rec = self.fetcher.batch, self.collate, self.rec
+        waited = 0.0  # seconds this process was runnable but had no core
 
-def cuda_stages(local: Any, step_fn: Callable[[Any], Any] | None, device: torch.device, st: StageTiming, deadline: float,
-                pin: Recorder, copy: Recorder, step: Recorder, notes: list[str]) -> None:
-    """Pinning (what the DataLoader's pin thread does), the pinned copy, and the step on the device."""
-    from torch.utils.data._utils.pin_memory import pin_memory as pin_batch
+        def once() -> None:
+            nonlocal waited
+            cpu, wall, queued = time.process_time(), time.perf_counter(), runqueue_s()
+            got = fetch()
+            wall_end, cpu_end, queued_end = time.perf_counter(), time.process_time(), runqueue_s()
+            waited += queued_end - queued
+            rec.fetch_cpu.add(cpu_end - cpu, len(got))
+            rec.fetch_wall.add(max(cpu_end - cpu, wall_end - wall - (queued_end - queued)), len(got))
+            wall = time.perf_counter()
+            local = collate(got)
+            rec.collate.add(time.perf_counter() - wall)
+            self.samples, self.local = got, local
 
-    sync = device_sync(device)
-    pinned = pin_batch(local, device)
+        set_threads(1)  # as in a DataLoader worker
+        try:
+            repeat(once, self.st.phase_s, self.deadline, settled=lambda: rec.fetch_cpu.settled() and rec.fetch_wall.settled())
+        finally:
+            set_threads(self.threads)
+        if not rec.fetch_cpu.seconds:
+            raise TrialFailure("the profiling run had no time left to fetch a batch; raise --timeout")
+        cpu_s = sum(rec.fetch_cpu.seconds)
+        if cpu_s > 0 and waited > BUSY * cpu_s:
+            rec.notes.append(f"other processes kept the fetch waiting for a core ({waited / cpu_s:.0%} of its CPU time): "
+                             "CPU costs read high on a busy machine, and the bound with them")
 
-    def pin_once() -> None:
-        start = time.perf_counter()
-        pin_batch(local, device)
-        pin.add(time.perf_counter() - start)
+    def consumer_stages(self, step_fn: Callable[[Any], Any] | None) -> None:
+        """The consumer (the copy to the device and ``step``), timed on a batch received from a worker
+        (in the hand-off) and on one collated here: the difference is the first touch of the shared
+        pages. With neither a step nor an accelerator nothing consumes a batch: the hand-off alone."""
+        cuda = self.device.type == "cuda"
+        config = replace(self.config, num_workers=0, pin_memory=False, transfer=transfer_for(False, cuda))
+        consume = make_consumer(self.spec, config, self.device, step_fn) if step_fn is not None or cuda else None
+        sync = device_sync(self.device)
+        try:
+            self.hand_off(consume, sync)
+        except Exception as exc:  # noqa: BLE001 - the rest of the profile still stands
+            self.rec.notes.append(f"hand-off not measured: {type(exc).__name__}: {exc}")
+        if consume is not None:
+            local = self.local
+            repeat(timed(self.rec.consumer, lambda: consume(local), sync), self.st.phase_s / 2, self.deadline)
 
-    def copy_once() -> None:
-        start = time.perf_counter()
-        move_to(pinned, device, non_blocking=True)
-        sync()
-        copy.add(time.perf_counter() - start)
+    def hand_off(self, consume: Callable[[Any], Any] | None, sync: Callable[[], None]) -> None:
+        """One worker replays the latest samples, so that its only work is to collate into shared
+        memory and send; ``Receiver`` times both sides of the hand-off."""
+        kwargs = {"multiprocessing_context": self.config.start_method} if self.config.start_method else {}
+        loader = DataLoader(Replay(self.samples), batch_size=len(self.samples), num_workers=1, prefetch_factor=2,
+                            collate_fn=self.spec.collate_fn, **kwargs)
+        receiver = Receiver(iter(loader), consume, sync, self.rec)
+        try:
+            receiver.start()
+            repeat(receiver, self.st.phase_s, self.deadline)
+        finally:
+            receiver.close()
 
-    repeat(pin_once, st.phase_s / 2, deadline)
-    repeat(copy_once, st.phase_s / 2, deadline)
-    if step_fn is not None:
+    def cuda_stages(self, step_fn: Callable[[Any], Any] | None) -> None:
+        """Pinning (what the DataLoader's pin thread does), the pinned ``non_blocking`` copy, and the
+        step on a batch already on the device."""
+        from torch.utils.data._utils.pin_memory import pin_memory as pin_batch
+
+        device, local, rec, phase_s = self.device, self.local, self.rec, self.st.phase_s / 2
+        sync = device_sync(device)
+        pinned = pin_batch(local, device)
+        repeat(timed(rec.pin, lambda: pin_batch(local, device)), phase_s, self.deadline)
+        repeat(timed(rec.copy, lambda: move_to(pinned, device, non_blocking=True), sync), phase_s, self.deadline)
+        if step_fn is None:
+            rec.notes.append("no step in the spec: the consumer is the copy alone")
+            return
         on_device = move_to(local, device)
         sync()
+        repeat(timed(rec.step, lambda: step_fn(on_device), sync), phase_s, self.deadline)
 
-        def step_once() -> None:
+    def costs(self) -> StageCosts:
+        return self.rec.costs(batch_size=self.config.batch_size, device=str(self.device),
+                              batch_bytes=nbytes_of(self.local), torch_threads=self.threads,
+                              wall_s=time.perf_counter() - self.started)
+
+
+class Receiver:
+    """The hand-off from a one-worker loader, one batch per call: the worker's CPU per batch is its
+    side (collating into shared memory, pickling, sending); this thread's CPU per ``next()`` is the
+    receiving side; with a consumer, its time on the received batch."""
+
+    def __init__(self, iterator: Any, consume: Callable[[Any], Any] | None, sync: Callable[[], None],
+                 rec: StageRecorders):
+        self.iterator, self.consume, self.sync, self.rec = iterator, consume, sync, rec
+        self.batch: Any = None
+        self.pid: int | None = None
+        self.last: float | None = None  # the worker's CPU seconds after the previous batch
+
+    def start(self) -> None:
+        for _ in range(3):  # the worker is up and the queue is full
+            self.batch = next(self.iterator)
+        self.pid = next(iter(worker_pids(self.iterator)), None)
+        self.last = process_cpu_s(self.pid) if self.pid else None
+
+    def __call__(self) -> None:
+        cpu = time.thread_time()
+        self.batch = None  # dropping the previous batch (unmapping its shared memory) is part of receiving
+        self.batch = next(self.iterator)
+        self.rec.receive.add(time.thread_time() - cpu)
+        if self.last is not None:
+            now = process_cpu_s(self.pid)
+            self.rec.handoff.add(now - self.last)
+            self.last = now
+        if self.consume is not None:
             start = time.perf_counter()
-            step_fn(on_device)
-            sync()
-            step.add(time.perf_counter() - start)
+            self.consume(self.batch)
+            self.sync()
+            self.rec.consumer_received.add(time.perf_counter() - start)
 
-        repeat(step_once, st.phase_s / 2, deadline)
-    else:
-        notes.append("no step in the spec: the consumer is the copy alone")
+    def close(self) -> None:
+        """Drop the iterator, the only reference to it: its worker shuts down now, not at interpreter exit."""
+        self.iterator = self.batch = None
 
 
-def run_profile(source: SpecRef | LoadedSpec, request) -> tuple[StageCosts | None, str | None]:
-    """The profiling run in an isolated process (``runner.run_trial`` with ``task="stages"``).
-    Returns the costs, or None and why the run failed."""
-    from loadtune.engine.trial.harness import run_trial  # runner starts this module's ``profile`` in its child
-
+def run_profile(source: SpecRef | LoadedSpec, request: TrialRequest) -> tuple[StageCosts | None, str | None]:
+    """The profiling run in an isolated process: ``run_trial`` with ``profile_trial`` as the child's
+    entry. Returns the costs, or None and why the run failed."""
     got: dict[str, StageCosts] = {}
-    trial = run_trial(source, replace(request, task="stages"),
-                      lambda kind, payload: got.__setitem__("stages", payload) if kind == "stages" else None)
+    trial = run_trial(source, replace(request, entry=profile_trial, needs_blocks=False),
+                      lambda kind, payload: got.__setitem__("stages", payload) if kind is Kind.STAGES else None)
     if "stages" in got:
         costs = got["stages"]
         costs.wall_s = trial.wall_s
         return costs, None
     return None, trial.error.message if trial.error else "the profiling run reported nothing"
+
+
+def profile_trial(run: TrialRun) -> None:
+    """The child's entry for the profiling run: ``profile`` in the trial's own process, never inside a trial."""
+    request = run.request
+    profile(run.spec, request.config, torch.device(request.device), request.timing, request.options, run.emit,
+            workload=request.workload)

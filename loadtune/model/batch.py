@@ -1,9 +1,6 @@
-"""TODO docstring."""
+"""What one batch holds (its bytes, each tensor's dtype and shape), as recorded in a trial's result."""
 
 from __future__ import annotations
-
-
-
 
 from dataclasses import dataclass, field
 

@@ -1,40 +1,57 @@
-"""TODO docstring."""
+"""The outcome of ``loadtune check``: the checked config, its rounds, the verdict and why. Data only; the
+verdict is computed in ``analysis.verdict`` and rendered in ``report.check`` and ``report.ci``."""
 
 from __future__ import annotations
-
-
-
 
 import statistics
 from dataclasses import asdict, dataclass, field
 
 from loadtune.model.config import TrialConfig
+from loadtune.model.paired import CalibrationShape, PairedRound
 from loadtune.model.results import Trial
 
 
-PASS, REGRESSION, NOTHING = "pass", "regression", "nothing measured"
+PASS, REGRESSION, INCONCLUSIVE, NOTHING = "pass", "regression", "inconclusive", "nothing measured"
 
 
 @dataclass
 class CheckResult:
+    """A check's verdict and every figure behind it: today's paired rounds, the baseline's, the change
+    of their ratio with its interval, and how the machine itself moved."""
+
     config: TrialConfig
     tolerance: float
     baseline_rate: float  # the baseline's samples/s for the config
-    baseline_calibration: float  # the baseline's calibration samples/s
-    rounds: list[tuple[float | None, float | None]]  # (config, calibration) samples/s per round
+    rounds: list[PairedRound]  # today's: the config and its shaped calibration, back to back
+    baseline_rounds: list[PairedRound]  # the baseline's reference rounds
+    shape: CalibrationShape
     default_rate: float | None  # PyTorch's defaults now, for context
     min_throughput: float | None
     status: str
     reasons: list[str]
-    change: float | None = None  # relative change of the normalised throughput
+    change: float | None = None  # relative change of config / calibration, today against the baseline
     change_low: float | None = None
     change_high: float | None = None
+    machine_change: float | None = None  # the calibration alone, today against the baseline: the machine
+    machine_low: float | None = None
+    machine_high: float | None = None
     environment: list[str] = field(default_factory=list)  # what differs from the baseline's machine
+    wall_s: float = 0.0
     trials: list[Trial] = field(default_factory=list)
 
     @property
     def rate_now(self) -> float | None:
-        rates = [r for r, _ in self.rounds if r]
+        rates = [r.config_rate for r in self.rounds if r.config_rate]
+        return statistics.median(rates) if rates else None
+
+    @property
+    def calibration_now(self) -> float | None:
+        rates = [r.calibration_rate for r in self.rounds if r.calibration_rate]
+        return statistics.median(rates) if rates else None
+
+    @property
+    def baseline_calibration(self) -> float | None:
+        rates = [r.calibration_rate for r in self.baseline_rounds if r.calibration_rate]
         return statistics.median(rates) if rates else None
 
     def to_dict(self) -> dict:
@@ -42,5 +59,3 @@ class CheckResult:
         data["config"] = self.config.to_dict()
         data["trials"] = [t.to_dict() for t in self.trials]
         return data
-
-

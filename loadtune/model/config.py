@@ -1,8 +1,7 @@
-"""The search space and the trials it expands to (SPEC §4).
+"""One DataLoader configuration, ``TrialConfig``, and how its batches reach the device.
 
-A ``TrialConfig`` is one DataLoader configuration plus how its batches reach the device. The grid
-never contains a combination PyTorch rejects (``prefetch_factor`` or ``persistent_workers`` without
-workers), and knobs that cannot matter on this machine are left out with a note saying why.
+A config is a value: it keys results, survives JSON, and renders as the ``DataLoader(...)`` arguments
+it stands for. ``Skip`` records a knob value that was not measured, and why.
 """
 
 from __future__ import annotations

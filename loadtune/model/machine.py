@@ -1,9 +1,8 @@
-"""TODO docstring."""
+"""What the machine offered when a result was measured: usable cores, memory, ``/dev/shm``, GPUs,
+versions, load. Read by ``engine.machine.collect``; saved with every result so that comparisons can
+say what differs."""
 
 from __future__ import annotations
-
-
-
 
 from dataclasses import asdict, dataclass, field
 

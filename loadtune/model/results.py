@@ -1,4 +1,4 @@
-"""The one data model of a scan, and its JSON schema (SPEC §7).
+"""The one data model of a scan, and its JSON schema (docs/api.md).
 
 Raw figures are the record: every timed block of every trial is kept, and estimates are computed
 from them (``Trial.estimate``), never stored as the only truth. The file is rewritten atomically
@@ -16,10 +16,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from loadtune.version import __version__
+from loadtune.model.paired import PairedReference
 from loadtune.model.machine import MachineInfo
 from loadtune.model.config import Skip, TrialConfig
 from loadtune.model.estimate import Estimate, estimate, mean_halfwidth
 from loadtune.model.batch import BatchInfo
+from loadtune.model.settings import ScanSettings
 
 SCHEMA = "loadtune/scan"
 SCHEMA_VERSION = 1
@@ -176,23 +178,15 @@ class Trial:
         """Samples/s: median over blocks with its interval (the node's pace with several ranks)."""
         return estimate(self.pace_rates) if self.ok else None
 
-    def record_rank(self, rank: int, local_rank: int, kind: str, payload) -> None:
-        """One figure a rank streamed as it measured it (``startup``, ``warmup``, ``block``, ``memory``)."""
+    def rank_figures(self, rank: int, local_rank: int) -> RankFigures:
+        """The figures of one rank, added (in rank order) when it first reports: the trial protocol
+        writes what each rank streams as it measures into them."""
         figures = next((r for r in self.ranks if r.rank == rank), None)
         if figures is None:
             figures = RankFigures(rank, local_rank)
             self.ranks.append(figures)
             self.ranks.sort(key=lambda r: r.rank)
-        if kind == "startup":
-            figures.startup_s = payload
-        elif kind == "warmup":
-            figures.warmup = payload
-        elif kind == "block":
-            figures.blocks.append(payload)
-        elif kind == "memory":
-            figures.memory_bytes = payload
-        elif kind == "warning" and f"rank {rank}: {payload}" not in self.warnings:
-            self.warnings.append(f"rank {rank}: {payload}")
+        return figures
 
     def settle_ranks(self) -> None:
         """Take the slowest rank's blocks as the trial's own, and the last rank's start-up (training
@@ -510,7 +504,7 @@ class SpecInfo:
 class ScanResult:
     spec: SpecInfo
     machine: MachineInfo
-    settings: dict
+    settings: ScanSettings
     trials: list[Trial] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the search did beyond the grid, machine warnings
@@ -519,6 +513,7 @@ class ScanResult:
     stages: StageCosts | None = None  # the profiling run: where the time goes (None: not run, or an old file)
     state: str = "running"  # "running" | "complete" | "interrupted"
     h2d_peak_gbps: float | None = None  # pinned host-to-device GB/s of the device, measured before the trials
+    reference: PairedReference | None = None  # the pick beside its shaped calibration, for check (docs/ci.md)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     loadtune_version: str = __version__
 
@@ -542,7 +537,7 @@ class ScanResult:
             "state": self.state,
             "spec": asdict(self.spec),
             "machine": self.machine.to_dict(),
-            "settings": self.settings,
+            "settings": self.settings.to_dict(),
             "skipped": [asdict(s) for s in self.skipped],
             "notes": self.notes,
             "calibration": [t.to_dict() for t in self.calibration],
@@ -550,6 +545,7 @@ class ScanResult:
             "recommendation": self.recommendation.to_dict() if self.recommendation else None,
             "h2d_peak_gbps": self.h2d_peak_gbps,
             "stages": self.stages.to_dict() if self.stages else None,
+            "reference": self.reference.to_dict() if self.reference else None,
         }
 
     @classmethod
@@ -570,7 +566,7 @@ class ScanResult:
             result = cls(
                 spec=SpecInfo(**data["spec"]),
                 machine=MachineInfo.from_dict(data["machine"]),
-                settings=data["settings"],
+                settings=ScanSettings.from_dict(data["settings"]),
                 trials=[Trial.from_dict(t) for t in data["trials"]],
                 skipped=[Skip(**s) for s in data.get("skipped", [])],
                 notes=list(data.get("notes", [])),
@@ -581,8 +577,9 @@ class ScanResult:
                 created=data["created"],
                 loadtune_version=data["loadtune_version"],
                 h2d_peak_gbps=data.get("h2d_peak_gbps"),
+                reference=PairedReference.from_dict(data.get("reference")),
             )
-            result.configs  # every estimate a report shows: a damaged figure is refused here, not mid-report
+            _ = result.configs  # every estimate a report shows: a damaged figure is refused here, not mid-report
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ResultError(f"malformed scan result: {type(exc).__name__}: {exc}") from None
         return result

@@ -1,28 +1,37 @@
-"""TODO docstring."""
+"""Rendering a ``loadtune check`` outcome for a terminal."""
 
 from __future__ import annotations
-
-
-
-
 
 from rich.console import Console
 from rich.text import Text
 
 from loadtune.model.check import PASS, REGRESSION, CheckResult
+from loadtune.model.paired import PairedRound
 from loadtune.report.ci import summary_line
 
+STYLES = {PASS: "bold green", REGRESSION: "bold red"}
 
-def print_check(console: Console, outcome: CheckResult) -> None:
-    """The check's verdict with its figures, round by round."""
+
+def round_line(index: int, paired: PairedRound) -> str:
+    """One paired round as it is measured: both rates and their ratio."""
+    first = "config first" if paired.config_first else "calibration first"
+    ratio = f"{paired.ratio:.3f}" if paired.ratio else "-"
+    return (f"  round {index}: config {paired.config_rate or 0:,.0f} samples/s, shaped calibration "
+            f"{paired.calibration_rate or 0:,.0f} samples/s, ratio {ratio} ({first})")
+
+
+def print_check(console: Console, outcome: CheckResult, rounds: bool = True) -> None:
+    """The check's verdict with its figures (round by round unless they were printed as they came)."""
     console.print(summary_line(outcome), highlight=False)
-    for i, (rate_, cal) in enumerate(outcome.rounds, 1):
-        console.print(f"  round {i}: config {rate_ or 0:,.0f} samples/s, calibration {cal or 0:,.0f} samples/s", style="dim")
+    if rounds:
+        for i, paired in enumerate(outcome.rounds, 1):
+            console.print(round_line(i, paired), style="dim", highlight=False)
+    base = [r.ratio for r in outcome.baseline_rounds if r.ratio]
+    if base:
+        console.print(f"  baseline: {len(base)} paired rounds, ratio {min(base):.3f}–{max(base):.3f}", style="dim")
     if outcome.default_rate:
         console.print(f"  PyTorch's defaults now: {outcome.default_rate:,.0f} samples/s", style="dim")
     for line in outcome.environment:
         console.print(f"  environment changed: {line}", style="yellow")
-    style = {PASS: "bold green", REGRESSION: "bold red"}.get(outcome.status, "bold yellow")
+    style = STYLES.get(outcome.status, "bold yellow")
     console.print(Text(outcome.status.upper() + (": " + "; ".join(outcome.reasons) if outcome.reasons else ""), style=style))
-
-

@@ -1,10 +1,7 @@
-"""TODO docstring."""
+"""Rendering two scans side by side (``loadtune show A.json B.json``): config by config, with ratios,
+verdicts beyond the noise, and what differs around them."""
 
 from __future__ import annotations
-
-
-
-
 
 from rich.console import Console
 from rich.measure import Measurement

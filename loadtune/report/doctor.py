@@ -1,9 +1,6 @@
-"""TODO docstring."""
+"""Rendering ``loadtune doctor``'s report: the machine, and per GPU its link and measured copy rates."""
 
 from __future__ import annotations
-
-
-
 
 from typing import Any
 
@@ -49,7 +46,8 @@ def print_doctor(console: Console, report: Any) -> None:
         else:
             console.print("  PCIe link: unknown (NVML unavailable)", style="dim")
         if gpu.copies:
-            copies = Table(title="  measured copies, GB/s (median of repeats, CUDA events)", title_justify="left", header_style="bold", pad_edge=False)
+            copies = Table(title="  measured copies, GB/s (median of repeats, CUDA events)", title_justify="left",
+                           header_style="bold", pad_edge=False)
             copies.add_column("size", justify="right")
             for col in ("H2D pinned", "H2D pageable", "D2H pinned", "D2H pageable"):
                 copies.add_column(col, justify="right")

@@ -146,7 +146,7 @@ def plot_data(result: ScanResult) -> PlotData:
         failed=sorted({c.config.num_workers for c in configs if not c.ok}),
         bound=bound_of(result),
         title=f"{result.spec.dataset_type}: samples/s against num_workers, batch size {bs}",
-        subtitle=f"{m.usable_cores} usable cores · {result.settings.get('device', '?')} · torch {m.torch} · "
+        subtitle=f"{m.usable_cores} usable cores · {result.settings.device} · torch {m.torch} · "
                  f"bars: 95% interval of the median · {result.created}",
     )
 

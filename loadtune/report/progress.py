@@ -1,9 +1,6 @@
-"""TODO docstring."""
+"""The live progress display of a scan or check: trial n of N, elapsed and ETA, current best."""
 
 from __future__ import annotations
-
-
-
 
 import time
 from typing import Any
@@ -56,6 +53,9 @@ class ProgressDisplay:
 
     def profile_started(self) -> None:
         self.progress.update(self.task, description="profiling the stages")
+
+    def reference_started(self, rounds: int) -> None:
+        self.progress.update(self.task, description=f"reference for check: {rounds} paired rounds")
 
     def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None:
         rec = result.recommendation

@@ -1,4 +1,5 @@
-"""Rendering a ScanResult for people (SPEC §7): progress, ranked table, recommendation, snippet."""
+"""Rendering a scan for people: the ranked table, the diagnosis of where the time goes, the
+recommendation panel with its ``DataLoader(...)`` snippet, and the per-node summary of multi-node scans."""
 
 from __future__ import annotations
 
@@ -14,15 +15,11 @@ from rich.text import Text
 from loadtune.analysis.copyrate import copy_notes
 from loadtune.analysis import bound as bound_mod
 from loadtune.analysis import footprint
-from loadtune.analysis.recommend import noise_floor_of, persistent_saving, snippet
+from loadtune.analysis.recommend import best_with_workers, noise_floor_of, persistent_saving, snippet
 from loadtune.model.results import ConfigResult, ScanResult, StageCost
 from loadtune.analysis.view import Row, rows as view_rows
 from loadtune.report.text import BAR_WIDTH, STATUS_STYLES, bar, gbps, ms, rate, short_bytes, spread_text, status_cell
 from loadtune.analysis.bound import scan_bound
-
-
-# Any status word gets a colour; one this table does not know yet is shown, in the default style.
-OVER_BOUND = 1.05  # a pick this far above even the bound's high end shows the profile overstated a cost
 
 
 # Columns a narrow terminal can lose, first dropped first; the rank, config, rate and status stay.
@@ -79,7 +76,7 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
     parts = [text for key, text in CAPTION_PARTS.items() if key not in dropped]
     if "wait" in shown:
         parts.append("wait: share of the time the step waited for data" + (
-            " (the GPU's compute stream idle between steps)" if result.settings.get("device", "cpu").startswith("cuda") else ""))
+            " (the GPU's compute stream idle between steps)" if result.settings.device.startswith("cuda") else ""))
     if "gbps" in shown:
         peak = f", pinned peak {result.h2d_peak_gbps:.1f}" if result.h2d_peak_gbps else ""
         parts.append(f"GB/s: batches copied to the GPU per second{peak}")
@@ -116,7 +113,7 @@ def row_cells(row: Row, rec, top: float) -> dict:
 
 def ranks_of(result: ScanResult) -> int:
     """Ranks per trial of this scan (1: a single loader)."""
-    return int(result.settings.get("ranks", {}).get("nproc_per_node", 1))
+    return result.settings.ranks_per_trial
 
 
 def rank_table(result: ScanResult, rows: list[Row] | None = None) -> Table:
@@ -187,11 +184,11 @@ def notes(result: ScanResult) -> list[Text]:
 
 def has_consumer(result: ScanResult) -> bool:
     """A step consumed the batches (the spec's or ``--step-ms``'s): only then is waiting for data idle time."""
-    return bool(result.spec.has_step or result.settings.get("step"))
+    return bool(result.spec.has_step or result.settings.step)
 
 
 def step_notes(result: ScanResult) -> list[str]:
-    step = result.settings.get("step")
+    step = result.settings.step
     if not step:
         return []
     where = "the GPU" if step["device_type"] == "cuda" else "the CPU, competing with the workers for cores as a CPU training step does"
@@ -213,15 +210,15 @@ def gpu_notes(result: ScanResult) -> list[str]:
     if usage.mean_utilisation is not None:
         parts.append(f"GPU utilisation {usage.mean_utilisation:.0f}% (NVML, mean of {len(usage.utilisation)} samples)")
     if usage.pinned_bytes:
-        parts.append(f"pinned host memory {short_bytes(usage.pinned_bytes)}" + (" (estimate: batch bytes × batches in flight)" if usage.pinned_estimated else ""))
+        estimated = " (estimate: batch bytes × batches in flight)" if usage.pinned_estimated else ""
+        parts.append(f"pinned host memory {short_bytes(usage.pinned_bytes)}{estimated}")
     return [f"{pick.config.label()}: " + "; ".join(parts)] if parts else []
 
 
 def recommendation_panel(result: ScanResult) -> Panel:
     rec = result.recommendation
     if rec is None:
-        over = footprint.over_limit(result.configs, footprint.memory_limit(result))
-        if over and len(over) == len([c for c in result.configs if c.ok]):
+        if footprint.all_over_limit(result):
             return Panel(f"Every measured config exceeds the {footprint.size_text(footprint.memory_limit(result))} memory limit "
                          "(--max-memory): raise it, or try fewer workers or a smaller batch size.",
                          title="No recommendation", border_style="red")
@@ -241,9 +238,8 @@ def recommendation_panel(result: ScanResult) -> Panel:
             + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n")
         )
     elif rec.baseline == rec.config:
-        others = [c for c in result.configs if c.ok and c.config.num_workers > 0]
-        if others:
-            runner_up = max(others, key=lambda c: c.estimate.median)
+        runner_up = best_with_workers(result.configs)
+        if runner_up is not None:
             times = est.median / runner_up.estimate.median
             lines.append(
                 f"PyTorch's defaults (num_workers=0) win: {times:.2f}× the best config with workers ({runner_up.config.label()}); "
@@ -266,15 +262,15 @@ def recommendation_panel(result: ScanResult) -> Panel:
     lines.append(memory_text(result, pick))
     if result.state != "complete":
         lines.append(f"Partial scan ({result.state}): {len(result.trials)} trials finished.\n", style="yellow")
-    opts = result.settings["options"]
-    code = snippet(rec.config, opts["shuffle"] and not result.spec.iterable, opts["drop_last"], result.spec.has_collate_fn,
-                   distributed="ranks" in result.settings and not result.spec.iterable)
+    opts = result.settings.options
+    code = snippet(rec.config, opts.shuffle and not result.spec.iterable, opts.drop_last, result.spec.has_collate_fn,
+                   distributed=result.settings.distributed and not result.spec.iterable)
     return Panel(Group(lines, Syntax(code, "python", theme="ansi_dark", background_color="default")), title="Recommendation", border_style="green")
 
 
 def print_report(console: Console, result: ScanResult, rows: list[Row] | None = None) -> None:
     """The table (``rows``: a selection from ``view.select``; default all), notes, recommendation."""
-    if "ranks" in result.settings:
+    if result.settings.distributed:
         console.print(rank_table(result, rows))
     else:
         console.print(trial_table(result, rows, console.width))
@@ -395,20 +391,19 @@ def bound_text(result: ScanResult) -> Text:
 
 
 def pick_against_bound(result: ScanResult) -> str:
-    """How the pick's long-run rate sits against the bound and its interval."""
-    bound, pick = scan_bound(result), bound_mod.pick_rate(result)
-    if pick is None:
+    """How the pick's long-run rate sits against the bound and its interval, as the end of a sentence."""
+    where = bound_mod.pick_against_bound(result)
+    fraction, interval = where.fraction, where.interval
+    if where.verdict == "not compared":
         return "; the recommended batch size differs, so it is not compared."
-    fraction = bound.fraction(pick)
-    if fraction is None:
+    if where.verdict == "unknown":
         return "."
-    interval = bound.fraction_interval(pick)
-    if fraction > 1 and (interval is None or interval[0] > OVER_BOUND):  # beyond the bound's spread and the pick's noise
+    if where.verdict == "over":
         return (f"; this config measured {fraction:.0%} of it, so the profile overstated a stage's cost and the bound "
                 "is not a ceiling here.")
-    if interval is not None and interval[0] <= 1 <= interval[1]:
+    if where.verdict == "within spread":
         return f"; this config is at the bound within its spread ({fraction:.0%} of it)."
-    if fraction >= 0.995:
+    if where.verdict == "at":
         return "; this config is at the bound."
     within = f", {interval[0]:.0%}–{interval[1]:.0%} within its spread" if interval and interval[1] > interval[0] else ""
     return f"; this config reaches {fraction:.0%} of it{within}."
@@ -424,7 +419,7 @@ def memory_text(result: ScanResult, pick: ConfigResult) -> Text:
                  + (f" + {workers} worker{'s' if workers != 1 else ''}" if workers else "") + f", {mem.method.upper()})"]
         grown = footprint.config_growth(pick)
         if grown is not None:
-            parts.append(f"grew {footprint.size_text(grown.bytes)} during the trial" if grown.bytes >= footprint.GROWTH_NOISE
+            parts.append(f"grew {footprint.size_text(grown.bytes)} during the trial" if grown.significant
                          else "no growth beyond the noise during the trial")
         if mem.shm_peak_bytes:
             parts.append(f"/dev/shm up to {footprint.size_text(mem.shm_peak_bytes)}")

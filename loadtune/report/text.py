@@ -1,9 +1,6 @@
-"""TODO docstring."""
+"""Formatting shared by every renderer: rates, spreads, bars, sizes, ratios, status cells."""
 
 from __future__ import annotations
-
-
-
 
 import math
 

@@ -1,13 +1,5 @@
-"""What to measure next (SPEC §4): the exhaustive grid, or an adaptive search that reaches the grid's
-best in a fraction of its trials.
-
-Strategies are pure functions of what has been measured so far: ``propose(result)`` returns the
-trials still wanted, first one first. Given the same measurements they make the same proposals, so
-an interrupted scan resumes by asking again. Both end by re-measuring the contenders (the configs
-the noise cannot tell apart) side by side, interleaved, so that drift of the machine between the
-first and the last trial does not pick the winner; a pick still tied with a faster config only by
-wide intervals is measured beside it a few more times.
-"""
+"""The default search: a coordinate search that reaches the exhaustive grid's best within its noise in
+a fraction of the grid's trials (see ``AdaptiveSearch``)."""
 
 from __future__ import annotations
 
@@ -36,6 +28,7 @@ class AdaptiveSearch:
     only a batch size that leads gets its neighbouring counts measured."""
 
     name = "adaptive"
+    planned = None  # how many trials depends on what they measure
 
     def __init__(
         self,

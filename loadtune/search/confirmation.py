@@ -1,12 +1,11 @@
-"""TODO docstring."""
+"""The closing rounds of every search: the contenders re-measured side by side, interleaved, with
+PyTorch's defaults among them, so drift of the machine between the first and the last trial picks
+neither the winner nor the gain; a pick tied with a faster config only by wide intervals is measured
+beside it a few more times."""
 
 from __future__ import annotations
 
-
-
-
 import random
-
 
 from loadtune.analysis.recommend import baseline_for, contenders
 from loadtune.model.results import ConfigResult, ScanResult, by_config

@@ -1,13 +1,9 @@
-"""TODO docstring."""
+"""The exhaustive grid: every valid combination, in a shuffled order so that drift of the machine favours
+no part of the grid, then the contenders side by side."""
 
 from __future__ import annotations
 
-
-
-
-
-
-from loadtune.model.config import TrialConfig
+from loadtune.model.config import Skip, TrialConfig
 from loadtune.model.results import ScanResult
 from loadtune.search.strategy import Proposal, measured, skipped_keys
 from loadtune.search.confirmation import confirmation
@@ -20,10 +16,15 @@ class GridSearch:
 
     def __init__(self, configs: list[TrialConfig], noise_floor: float, confirm_rounds: int = 1, seed: int = 0):
         self.configs, self.noise_floor, self.rounds, self.seed = configs, noise_floor, confirm_rounds, seed
+        self.planned = len(configs)
 
     def propose(self, result: ScanResult) -> list[Proposal]:
         done = set(measured(result)) | {c for c in self.configs if c.key in skipped_keys(result)}
         pending = [Proposal(c) for c in self.configs if c not in done]
         return pending or confirmation(result, self.rounds, self.noise_floor, self.seed)
 
+    def notes(self, result: ScanResult) -> list[Skip]:
+        return []  # the grid measures everything it was given
 
+    def remarks(self, result: ScanResult) -> list[str]:
+        return []

@@ -1,9 +1,8 @@
-"""TODO docstring."""
+"""The search space and the grid it expands to. The grid never contains a combination PyTorch rejects
+(``prefetch_factor`` or ``persistent_workers`` without workers), and knobs that cannot matter on this
+machine are left out with a note saying why."""
 
 from __future__ import annotations
-
-
-
 
 import inspect
 import multiprocessing
@@ -62,9 +61,8 @@ def default_workers(cores: int) -> list[int]:
     return sorted(values)
 
 
-def build_grid(space: SearchSpace, accelerator: bool) -> tuple[list[TrialConfig], list[Skip]]:
-    """Every valid combination of the space, and notes for what was left out."""
-    space.validate()
+def pins_and_skips(space: SearchSpace, accelerator: bool) -> tuple[list[bool], list[Skip]]:
+    """The ``pin_memory`` values worth measuring here, and notes for the ones (and transfers) left out."""
     skips: list[Skip] = []
     if accelerator:
         pins = [space.pin] if space.pin is not None else [False, True]
@@ -79,7 +77,24 @@ def build_grid(space: SearchSpace, accelerator: bool) -> tuple[list[TrialConfig]
             skips.append(Skip("non_blocking without pin_memory", "from pageable memory the copy is synchronous: "
                               "non_blocking=True only overlaps from pinned memory"))
         pins = [p for p in pins if transfers_for(p, accelerator, space.transfers)]
+    return pins, skips
+
+
+def worker_variants(space: SearchSpace, persists: list[bool]) -> list[tuple]:
+    """(prefetch_factor, persistent_workers, in_order, start method) combinations for a config with workers."""
+    return [(pf, pw, order, method)
+            for pf in sorted(set(space.prefetch))
+            for pw in persists
+            for order in dict.fromkeys(space.in_order)
+            for method in dict.fromkeys(space.start_methods)]
+
+
+def build_grid(space: SearchSpace, accelerator: bool) -> tuple[list[TrialConfig], list[Skip]]:
+    """Every valid combination of the space, and notes for what was left out."""
+    space.validate()
+    pins, skips = pins_and_skips(space, accelerator)
     persists = [space.persistent] if space.persistent is not None else [False, True]
+    variants = worker_variants(space, persists)
     configs: list[TrialConfig] = []
     for bs in sorted(set(space.batch_sizes)):
         for w in sorted(set(space.workers)):
@@ -87,12 +102,9 @@ def build_grid(space: SearchSpace, accelerator: bool) -> tuple[list[TrialConfig]
                 for transfer in transfers_for(pin, accelerator, space.transfers):
                     if w == 0:
                         configs.append(TrialConfig(bs, 0, pin, None, False, transfer))
-                        continue
-                    for pf in sorted(set(space.prefetch)):
-                        for pw in persists:
-                            for order in dict.fromkeys(space.in_order):
-                                for method in dict.fromkeys(space.start_methods):
-                                    configs.append(TrialConfig(bs, w, pin, pf, pw, transfer, order, method))
+                    else:
+                        configs += [TrialConfig(bs, w, pin, pf, pw, transfer, order, method)
+                                    for pf, pw, order, method in variants]
     return configs, skips
 
 

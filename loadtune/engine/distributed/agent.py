@@ -1,9 +1,17 @@
-"""TODO docstring."""
+"""The ranks' elastic agent, inside the trial's process: it launches the ranks, relays their figures
+and names the rank that failed a trial.
+
+The trial's child becomes the agent exactly as ``torchrun``'s process is
+(``torch.distributed.launcher.api.elastic_launch``, c10d rendezvous on localhost, no restarts): it
+starts the ranks, watches them, and ends them all when one fails. It stays inside the trial's own
+session, so the runner's timeout and process-group kill take everything down, agent, ranks and
+workers alike. Each rank streams its messages through a pipe of its own; the agent keeps what is
+its own business (barriers reached, the memory sample at steady state, each rank's end) and passes
+every other message on to the runner tagged with the rank, where the trial protocol records it per
+rank. Nothing is lost when a rank dies mid-window, as a collective gather at the end would lose it.
+"""
 
 from __future__ import annotations
-
-
-
 
 import dataclasses
 import multiprocessing
@@ -16,18 +24,26 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from loadtune.model.results import TrialError
-from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.distributed.rank import ACK_WAIT_S, rank_main
-from loadtune.engine.distributed.layout import RankSetup
-
+from loadtune.engine.trial.child import exit_error
+from loadtune.engine.trial.protocol import (
+    Kind,
+    Message,
+    RankFailure,
+    RankSetup,
+    TrialRequest,
+    TrialRun,
+    await_sample,
+)
+from loadtune.model.results import TrialError
 
 SHUTDOWN_S = 5  # the agent's grace between SIGTERM and SIGKILL when it ends the ranks
 
 
 @dataclass
 class Relay:
-    """Reads every rank's pipe and passes figures on to the runner, tagged with the rank."""
+    """Reads every rank's pipe in a thread of the agent: what decides the trial's end it keeps, every
+    figure it passes on to the runner, tagged with the rank."""
 
     pipes: list  # the agent's ends, by local rank
     conn: Any  # to the runner
@@ -47,46 +63,49 @@ class Relay:
                 break  # the ranks are gone; what they sent has been read
             for pipe in ready:
                 try:
-                    kind, payload = pipe.recv()
+                    message = pipe.recv()
                 except (EOFError, OSError):
                     live.remove(pipe)
                     continue
-                self.handle(self.pipes.index(pipe), kind, payload)
+                self.handle(self.pipes.index(pipe), message)
 
-    def handle(self, local_rank: int, kind: str, payload: Any) -> None:
-        rank = self.setup.global_rank(local_rank)
-        if kind in ("startup", "warmup", "block", "memory", "warning"):
-            self.conn.send(("rank", (rank, local_rank, kind, payload)))
-        elif kind == "barrier":
-            self.reached.setdefault(rank, set()).add(payload)
-        elif kind == "measured":
-            self.measured.add(local_rank)
-            if len(self.measured) == len(self.pipes):  # every loader at steady state: the runner samples memory
-                self.conn.send(("measured", None))
-                if self.conn.poll(ACK_WAIT_S):
-                    self.conn.recv()
-                for pipe in self.pipes:
-                    try:
-                        pipe.send("ack")
-                    except OSError:
-                        pass
-        elif kind == "done":
-            self.done.add(rank)
-        elif kind == "error":
-            error, barrier = payload
-            if error.kind == "stopped":
-                pass  # the agent ended this rank after another failed: never the cause
-            elif error.kind == "peer":
-                self.lost.append((rank, error, barrier))
-            elif self.error is None:
-                self.error = named(rank, error)
+    def handle(self, local_rank: int, message: Message) -> None:
+        """Keep what is the agent's (barriers, the steady state, each rank's end); pass every other
+        message on to the runner, tagged with the rank that sent it."""
+        message = replace(message, rank=self.setup.global_rank(local_rank), local_rank=local_rank)
+        own = {Kind.BARRIER: self.arrived, Kind.MEASURED: self.steady, Kind.DONE: self.finished, Kind.ERROR: self.failed}
+        own.get(message.kind, self.conn.send)(message)
+
+    def arrived(self, message: Message) -> None:
+        self.reached.setdefault(message.rank, set()).add(message.payload)
+
+    def steady(self, message: Message) -> None:
+        """Every loader at steady state: the runner samples the tree's memory, then the ranks tear down."""
+        self.measured.add(message.local_rank)
+        if len(self.measured) == len(self.pipes):
+            await_sample(self.conn, ACK_WAIT_S)
+            for pipe in self.pipes:
+                try:
+                    pipe.send(Message(Kind.ACK))
+                except OSError:
+                    pass
+
+    def finished(self, message: Message) -> None:
+        self.done.add(message.rank)
+
+    def failed(self, message: Message) -> None:
+        failure: RankFailure = message.payload
+        if failure.error.kind == "stopped":
+            pass  # the agent ended this rank after another failed: never the cause
+        elif failure.error.kind == "peer":
+            self.lost.append((message.rank, failure.error, failure.barrier))
+        elif self.error is None:
+            self.error = named(message.rank, failure.error)
 
     def verdict(self, failures: dict) -> TrialError | None:
         """Why the trial failed, naming the rank that caused it; None when every rank finished."""
         if self.error is not None:
             return self.error
-        from loadtune.engine.trial.child import exit_error
-
         killed = sorted((f for f in failures.values() if f.exitcode is not None and f.exitcode < 0 and f.exitcode != -15),
                         key=lambda f: f.local_rank)  # SIGTERM (-15) is the agent ending the others
         if killed:
@@ -146,22 +165,30 @@ def launch_config(setup: RankSetup, files: Path):
     )
 
 
-def run_ranks(source: SpecRef | LoadedSpec, spec: LoadedSpec, request, conn, files: Path) -> None:
-    """In the trial process: launch the ranks through the elastic agent, relay their figures, and
-    report ``done`` or the error that names the rank behind it."""
+def with_ranks(request: TrialRequest, setup: RankSetup | None) -> TrialRequest:
+    """The request run by ``setup``'s ranks, this module's agent as the child's entry; with no setup,
+    one loader, the timed measurement."""
+    return replace(request, ranks=setup, entry=run_ranks if setup is not None else None)
+
+
+def run_ranks(run: TrialRun) -> TrialError | None:
+    """The child's entry for a trial of several ranks: launch them through the elastic agent, relay
+    their figures, and return the error that names the rank behind a failure (None when all finished)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    setup: RankSetup = request.ranks
+    setup = run.request.ranks
+    if setup is None:
+        raise ValueError("run_ranks without ranks: build the request with with_ranks")
     ctx = multiprocessing.get_context(setup.start_method)
     pairs = [ctx.Pipe() for _ in range(setup.nproc_per_node)]
-    relay = Relay([a for a, _ in pairs], conn, setup)
+    relay = Relay([a for a, _ in pairs], run.conn, setup)
     thread = threading.Thread(target=relay.run, name="loadtune-relay", daemon=True)
     thread.start()
-    target = spec if setup.start_method == "fork" else source  # forked ranks inherit the loaded spec
+    target = run.spec if setup.start_method == "fork" else run.source  # forked ranks inherit the loaded spec
     failures: dict = {}
     try:
-        elastic_launch(launch_config(setup, files), rank_main)(target, request, [b for _, b in pairs], time.time())
+        elastic_launch(launch_config(setup, run.files), rank_main)(target, run.request, [b for _, b in pairs], time.time())
     except ChildFailedError as exc:
         failures = exc.failures
     finally:
@@ -169,7 +196,4 @@ def run_ranks(source: SpecRef | LoadedSpec, spec: LoadedSpec, request, conn, fil
             theirs.close()
         relay.stopped = True
         thread.join()
-    error = relay.verdict(failures)
-    conn.send(("error", error) if error is not None else ("done", None))
-
-
+    return relay.verdict(failures)

@@ -1,20 +1,13 @@
-"""Several ranks per node (issue 9): each trial runs N DataLoaders at once, as DDP training does.
+"""The layout of a trial's ranks: how many per node, on how many nodes, launched how, and torchrun's.
 
 A node training on 8 GPUs runs 8 loaders that share its cores, memory and /dev/shm; one loader tuned
-alone and copied to every rank oversubscribes the node. Here the trial process becomes the ranks'
-elastic agent, exactly as ``torchrun``'s is (``torch.distributed.launcher.api.elastic_launch``,
-c10d rendezvous on localhost): it starts the ranks, watches them, and ends them all when one fails.
-It stays inside the trial's own session, so the runner's timeout and process-group kill still take
-everything down, agent, ranks and workers alike.
-
-Each rank builds its loader over its shard (``DistributedSampler`` for map-style datasets; an
-``IterableDataset`` shards itself by the ``RANK``/``WORLD_SIZE`` environment, set to the job's global
-values) and runs ``measure`` with a ``Shard``: barriers before start-up, after warm-up and after a
-window of fixed length, never inside a timed block. Figures stream from each rank through a pipe of
-its own to the agent, which relays them to the runner tagged with the rank: nothing is lost when a
-rank dies mid-window (a collective gather at the end would lose it, and ``all_gather_object`` needs
-numpy, which loadtune does not). Multi-node: each node tunes its own ranks (its shards sized for the
-whole job); ``gather_nodes`` brings the nodes' picks to node 0 for one per-node summary.
+alone and copied to every rank oversubscribes the node. So each trial runs as many loaders as the
+training runs ranks on this node (``agent`` launches them, ``rank`` is what each runs), and this
+module decides the launch: ``setup_for`` turns the options into a ``RankSetup`` (gloo on CPU, NCCL
+and fresh interpreters with one GPU per rank), ``validate`` refuses impossible layouts before any
+work, and ``adopt_launcher`` takes the layout from torchrun when loadtune runs under it. Multi-node:
+each node tunes its own ranks (its shards sized for the whole job); ``gather_nodes`` brings the
+nodes' picks to node 0 for one per-node summary.
 """
 
 from __future__ import annotations
@@ -27,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtune.engine.spec import LoadedSpec, SpecRef
+from loadtune.engine.trial.protocol import RankSetup
 
 LAUNCHER_VARS = (
     "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
@@ -38,26 +32,6 @@ LAUNCHER_VARS = (
 
 class DistributedError(ValueError):
     """A launcher environment or distributed option that cannot work: refused before any work, exit code 2."""
-
-
-@dataclass(frozen=True)
-class RankSetup:
-    """How the ranks of each trial are launched on this node."""
-
-    nproc_per_node: int
-    nnodes: int = 1
-    node_rank: int = 0
-    backend: str = "gloo"  # gloo on CPU, nccl with one GPU per rank
-    window_s: float = 5.0  # the timed window every rank measures, aligned by barriers
-    start_method: str = "fork"  # how the agent starts ranks: fork on CPU (fast); spawn for CUDA
-    threads: int = 1  # torch intra-op threads per rank: torchrun's OMP_NUM_THREADS=1 unless the user set it
-
-    @property
-    def world_size(self) -> int:
-        return self.nnodes * self.nproc_per_node
-
-    def global_rank(self, local_rank: int) -> int:
-        return self.node_rank * self.nproc_per_node + local_rank
 
 
 def cores_per_rank(usable_cores: int, ranks: int) -> int:
@@ -102,12 +76,6 @@ def validate(nproc_per_node: Any, nnodes: Any, node_rank: Any, gpus: int, device
     if gpus and (device is None or device.startswith("cuda")) and nproc_per_node > gpus:
         raise DistributedError(f"{nproc_per_node} ranks per node need one GPU each; this node has {gpus}: "
                                "lower --nproc-per-node, or measure on the CPU with --device cpu")
-
-
-# ---- inside a rank --------------------------------------------------------------------------------
-
-
-# ---- in the trial process: the ranks' agent ------------------------------------------------------
 
 
 # ---- under torchrun, and across nodes -------------------------------------------------------------

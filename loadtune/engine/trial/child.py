@@ -1,9 +1,13 @@
-"""TODO docstring."""
+"""The trial's child process: what runs between ``harness.run_trial`` starting it and its last message.
+
+The child isolates itself (a session of its own, so that the parent's kill reaches every DataLoader
+worker; output to a log file; death with its parent), loads the spec, and runs the request's entry:
+the timed measurement by default, or whatever the layer above passed (the profiling run, the ranks'
+agent). It then reports ``done``, or the error in the dataset's own words: nothing it raises escapes
+unreported. The error helpers here are shared with the ranks, which fail the same ways.
+"""
 
 from __future__ import annotations
-
-
-
 
 import contextlib
 import multiprocessing
@@ -12,14 +16,13 @@ import signal
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
-
+from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
 from loadtune.engine.trial.faults import diagnose
 from loadtune.engine.trial.measure import ConsumerError, TrialFailure, measure
+from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, TrialRun
 from loadtune.model.results import TrialError
-from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
-from loadtune.engine.trial.protocol import TrialRequest
-from pathlib import Path
 
 
 @contextlib.contextmanager
@@ -54,53 +57,45 @@ def die_with_parent() -> None:
         pass
 
 
-def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: str) -> None:
-    """Trial process entry: own session, output to a log file, figures to the parent as they come."""
+def isolate(log_path: str) -> None:
+    """Own session (the parent kills the whole group by it), output to the trial's log file."""
     os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # forked while the parent held Ctrl-C
     die_with_parent()
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
+
+
+def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: str) -> None:
+    """Trial process entry: isolated, the request's entry run, figures to the parent as they come."""
+    isolate(log_path)
     spec = None
     try:
-        import torch
-
         multiprocessing.set_start_method(request.start_method, force=True)
         loading = time.perf_counter()
         spec = load_spec(source) if isinstance(source, SpecRef) else source
         # the soft limit counts from here, as the parent's hard one does: a slow dataset build uses it up too
         timing = replace(request.timing, max_s=request.timing.max_s - (time.perf_counter() - loading))
-        emit = lambda kind, payload: conn.send((kind, payload))  # noqa: E731
-
-        def measured() -> None:
-            """Let the parent take its memory sample of the whole tree, untimed, before teardown."""
-            conn.send(("measured", None))
-            if conn.poll(10):
-                conn.recv()
-
-        if request.task == "stages":
-            from loadtune.engine.stages import profile  # the profiling run: its own process, like a trial, never inside one
-
-            profile(spec, request.config, torch.device(request.device), timing, request.options, emit,
-                    workload=request.workload)
-        elif request.ranks is not None:  # this process becomes the ranks' elastic agent, as torchrun's is
-            from loadtune.engine.distributed.agent import run_ranks
-
-            run_ranks(source, spec, replace(request, timing=timing), conn, ranks_dir(log_path))
-            return
-        else:
-            measure(spec, request.config, torch.device(request.device), timing, request.options, emit, measured,
-                    workload=request.workload)
-        conn.send(("done", None))
+        run = TrialRun(source, spec, replace(request, timing=timing), conn, scratch_dir(log_path))
+        error = (request.entry or measure_trial)(run)
+        conn.send(Message(Kind.DONE) if error is None else Message(Kind.ERROR, error))
     except BaseException as exc:  # noqa: BLE001 - everything is reported, nothing escapes
-        error = error_for(exc, spec, request.config.batch_size)
         try:
-            conn.send(("error", error))
+            conn.send(Message(Kind.ERROR, error_for(exc, spec, request.config.batch_size)))
         except (OSError, ValueError):
             pass
     finally:
         conn.close()
+
+
+def measure_trial(run: TrialRun) -> None:
+    """The default entry: the timed measurement of one loader."""
+    import torch
+
+    request = run.request
+    measure(run.spec, request.config, torch.device(request.device), request.timing, request.options, run.emit,
+            run.measured, workload=request.workload)
 
 
 def error_for(exc: BaseException, spec: LoadedSpec | None, batch_size: int) -> TrialError:
@@ -132,6 +127,7 @@ def exit_error(exitcode: int | None, log_tail: str, who: str = "trial process") 
     return TrialError(kind="crashed", message=f"{who} exited with code {exitcode} without a result", log_tail=log_tail)
 
 
-def ranks_dir(log_path: str | Path) -> Path:
-    """Where the ranks' elastic agent keeps its files (error records, logs); removed with the trial."""
+def scratch_dir(log_path: str | Path) -> Path:
+    """A folder of the trial's own, next to its log (the ranks' agent keeps its error records and logs
+    there); the harness removes it with the trial."""
     return Path(f"{log_path}.ranks")

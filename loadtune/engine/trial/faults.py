@@ -1,34 +1,45 @@
-"""Turning a trial's failure into one clear paragraph: what happened, where, and what to do (SPEC §9).
+"""Turning a trial's failure into one clear paragraph: what happened, where, and what to do.
 
 Runs in the trial process, where the exception object and the dataset are still at hand. PyTorch
 re-raises a worker's exception in the main process wrapped in text ("Caught ValueError in
 DataLoader worker process 0. Original Traceback ..."); the dataset's own type and message are
 recovered from it, and the failing index is found by replaying ``__getitem__`` in-process.
+
+A worker that dies is judged on every sign at hand, never on whichever death PyTorch noticed first:
+the exit status of each of the loader's workers, and every line of PyTorch's text.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import time
 import traceback
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from loadtune.model.results import TrialError
 
 WORKER_CAUGHT = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
 WORKER_SIGNAL = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.\n]+)")
-WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
+WORKER_EXITED = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([\d, ]+)\) exited unexpectedly")
+# PyTorch's words for a worker out of shared memory: its SIGCHLD handler's ("... is killed by signal:
+# Bus error. It is possible that dataloader's workers are out of shared memory") and the worker's own
+OUT_OF_SHM = re.compile(r"shared memory|bus error|\bshm\b", re.IGNORECASE)
 LOCATE_BUDGET_S = 10.0
+DEATH_GRACE_S = 0.5  # workers hit by one cause (a full /dev/shm) die within moments of each other
 
 SIGNAL_HINTS = {
-    "Killed": "SIGKILL, often the kernel's out-of-memory killer: try fewer workers, a smaller batch or "
+    "SIGKILL": "SIGKILL, often the kernel's out-of-memory killer: try fewer workers, a smaller batch or "
     "prefetch_factor, or a dataset that holds its data in tensors rather than Python objects",
-    "Bus error": "SIGBUS, usually /dev/shm too small for the batches in flight: raise it (docker run "
+    "SIGBUS": "SIGBUS, usually /dev/shm too small for the batches in flight: raise it (docker run "
     "--shm-size=8g, or a larger tmpfs), lower num_workers x prefetch_factor, or call "
     "torch.multiprocessing.set_sharing_strategy('file_system')",
-    "Segmentation fault": "SIGSEGV, a crash in native code called by the dataset (an image or "
+    "SIGSEGV": "SIGSEGV, a crash in native code called by the dataset (an image or "
     "compression library, or a library not safe to use after fork: try multiprocessing_context='spawn')",
 }
+# PyTorch names a signal as strsignal() does ("Bus error"): back to its name ("SIGBUS")
+SIGNAL_BY_TEXT = {signal.strsignal(s): s.name for s in signal.Signals if signal.strsignal(s)}
 
 
 def original_error(exc: BaseException) -> tuple[str, str, int | None]:
@@ -44,15 +55,84 @@ def original_error(exc: BaseException) -> tuple[str, str, int | None]:
     return name, message.strip() or name, worker
 
 
-def chain_text(exc: BaseException) -> str:
-    """The messages of ``exc`` and the exceptions it was raised from: PyTorch reports a killed worker
-    as "exited unexpectedly", caused by the message that names the signal."""
-    parts, seen = [], set()
+def exception_chain(exc: BaseException | None) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from: PyTorch reports a killed worker as "exited
+    unexpectedly", caused by the message that names the signal."""
+    chain, seen = [], set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        parts.append(str(exc))
+        chain.append(exc)
         exc = exc.__cause__ or exc.__context__
-    return "\n".join(parts)
+    return chain
+
+
+def chain_text(exc: BaseException) -> str:
+    """The messages of ``exc`` and of the exceptions it was raised from."""
+    return "\n".join(str(link) for link in exception_chain(exc))
+
+
+def loader_workers(exc: BaseException) -> list:
+    """The worker processes of the DataLoader iterator the exception came through. torch keeps them
+    in the iterator's ``_workers``; the iterator is ``self`` in a frame of the traceback, which keeps
+    it (and each worker's exit status) alive."""
+    for link in exception_chain(exc):
+        tb = link.__traceback__
+        while tb is not None:
+            workers = getattr(tb.tb_frame.f_locals.get("self"), "_workers", None)
+            if isinstance(workers, list) and workers and all(isinstance(w, BaseProcess) for w in workers):
+                return workers
+            tb = tb.tb_next
+    return []
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def signalled(workers: list, grace_s: float = 0.0) -> list[tuple[str, str]]:
+    """(pid, signal name) of each worker killed by a signal, read from its exit status. Workers
+    still alive get ``grace_s`` in all to finish dying."""
+    deadline = time.monotonic() + grace_s
+    deaths = []
+    for worker in workers:
+        try:
+            if grace_s > 0:
+                worker.join(max(0.0, deadline - time.monotonic()))
+            code = worker.exitcode
+        except (AssertionError, ValueError, OSError):  # never started, closed, or not this process's child
+            continue
+        if code is not None and code < 0:
+            deaths.append((str(worker.pid), signal_name(-code)))
+    return deaths
+
+
+def worker_death(exc: BaseException, text: str, tb: str) -> TrialError | None:
+    """The TrialError for DataLoader workers that died, or None when none did. Every sign counts:
+    the signal that killed each worker, and each signal and word of PyTorch's text. SIGBUS from any
+    worker, or PyTorch's words for shared memory, point at /dev/shm whichever death it noticed first."""
+    workers = loader_workers(exc)
+    said = [(pid, SIGNAL_BY_TEXT.get(sig.strip(), sig.strip())) for pid, sig in WORKER_SIGNAL.findall(text)]
+    exited = WORKER_EXITED.search(text)
+    if not (said or exited or signalled(workers)):
+        return None
+    deaths = signalled(workers, DEATH_GRACE_S) + said
+    shm = [pid for pid, name in deaths if name == "SIGBUS"]
+    if shm or OUT_OF_SHM.search(text):
+        pids = shm or [pid for pid, _ in deaths] or [exited.group(1).strip()]
+        return killed(pids[0], "SIGBUS", exc, tb)
+    if deaths:
+        return killed(*deaths[0], exc, tb)
+    return TrialError(kind="worker_killed", message=f"DataLoader worker(s) {exited.group(1)} exited unexpectedly "
+                      "(killed from outside, or out of memory): try fewer workers", exception_type=type(exc).__name__, traceback=tb)
+
+
+def killed(pid: str, name: str, exc: BaseException, tb: str) -> TrialError:
+    who = f"DataLoader workers (pids {pid}) were" if "," in pid else f"a DataLoader worker (pid {pid}) was"
+    return TrialError(kind="worker_killed", message=f"{who} killed by {SIGNAL_HINTS.get(name, name)}",
+                      exception_type=type(exc).__name__, traceback=tb)
 
 
 def in_collate(exc: BaseException) -> bool:
@@ -98,16 +178,9 @@ def diagnose(exc: BaseException, dataset: Any = None, batch_size: int | None = N
             exception_type=type(exc).__name__,
             traceback=tb,
         )
-    killed = WORKER_SIGNAL.search(text)
-    if killed:
-        sig = killed.group(2).strip()
-        hint = SIGNAL_HINTS.get(sig, f"signal '{sig}'")
-        return TrialError(kind="worker_killed", message=f"a DataLoader worker (pid {killed.group(1)}) was killed by {hint}",
-                          exception_type=type(exc).__name__, traceback=tb)
-    exited = WORKER_EXITED.search(text)
-    if exited:
-        return TrialError(kind="worker_killed", message=f"DataLoader worker(s) {exited.group(1)} exited unexpectedly "
-                          "(killed from outside, or out of memory): try fewer workers", exception_type=type(exc).__name__, traceback=tb)
+    died = worker_death(exc, text, tb)
+    if died is not None:
+        return died
     if consumer:
         return TrialError(
             kind="step",

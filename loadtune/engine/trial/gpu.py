@@ -1,4 +1,4 @@
-"""What a trial used of its GPU, read inside the trial process (SPEC §5).
+"""What a trial used of its GPU, read inside the trial process.
 
 Device memory comes from torch's caching allocator, its peaks reset when the trial starts. Pinned
 (page-locked) host memory comes from torch's pinned-memory allocator where this torch exposes its
@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 
 from loadtune.analysis import footprint
+from loadtune.model.batch import BatchInfo
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import GPUUsage
-from loadtune.model.batch import BatchInfo
 
 
 def identity(device: torch.device) -> dict:

@@ -1,4 +1,4 @@
-"""Trials in isolated processes (SPEC §5): a crash, hang or leak in the dataset cannot take the scan down.
+"""Trials in isolated processes: a crash, hang or leak in the dataset cannot take the scan down.
 
 Each trial runs in a fresh child process, in a session of its own so that the child and every
 DataLoader worker it starts can be killed together. Children come from a fork server that has
@@ -17,30 +17,38 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Any
 
 import psutil
 
+from loadtune.engine.spec import LoadedSpec, SpecRef
+from loadtune.engine.trial.child import (
+    _child,
+    exit_error,
+    main_module_hidden,
+    scratch_dir,
+)
 from loadtune.engine.trial.memory import MemorySampler
 from loadtune.engine.trial.nvml import UtilisationSampler
+from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, apply
 from loadtune.model.results import GPUUsage, Trial, TrialError
-from loadtune.engine.spec import LoadedSpec, SpecRef
-from loadtune.engine.trial.child import _child, exit_error, main_module_hidden, ranks_dir
-from loadtune.engine.trial.protocol import TrialRequest
 
-if TYPE_CHECKING:
-    pass
-
+OnEvent = Callable[[Kind, Any], None]
 LOG_TAIL_CHARS = 2000
 
 
 def context_for(source: SpecRef | LoadedSpec, device: str = "cpu"):
     """forkserver (torch preloaded) for spec files; fork for in-memory objects, which may not pickle —
     except on a CUDA device: CUDA does not survive a fork from a process that has used it (as the
-    caller's usually has), so there in-memory objects are pickled too (``scan.prepare`` checks they can be)."""
+    caller's usually has), so there in-memory objects are pickled too (``scan.prepare`` checks they can be).
+    Specs known to pickle (``LoadedSpec.picklable``) always go through the fork server: a fork inherits
+    the caller's torch thread pools, which deadlock in the child once the caller has used them."""
     methods = multiprocessing.get_all_start_methods()
-    if isinstance(source, LoadedSpec) and "fork" in methods and not device.startswith("cuda"):
+    if isinstance(source, LoadedSpec) and not source.picklable and "fork" in methods and not device.startswith("cuda"):
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
@@ -120,120 +128,150 @@ def read_tail(path: Path) -> str:
         return ""
 
 
-def run_trial(
-    source: SpecRef | LoadedSpec,
-    request: TrialRequest,
-    on_event: Callable[[str, object], None] | None = None,
-) -> Trial:
-    """Run one trial in a child process and return what it measured, failed or not."""
-    ctx = context_for(source, request.device)
-    recv, send = ctx.Pipe()  # duplex: the parent acknowledges the child's "measured"
-    fd, log_name = tempfile.mkstemp(prefix="loadtune-trial-", suffix=".log")
-    os.close(fd)
-    log_path = Path(log_name)
-    trial = Trial(config=request.config, status="failed")
-    started, started_wall = time.monotonic(), time.time() - 1
-    proc = ctx.Process(target=_child, args=(source, request, send, str(log_path)), name="loadtune-trial")
-    finished = False
-    sampler = None
-    gpu_sampler: UtilisationSampler | None = None  # NVML, when the trial runs on a CUDA device and NVML works
-    try:
-        with main_module_hidden(), sigint_held():
-            proc.start()
-        send.close()
-        if on_event:
-            on_event("process", proc.pid)  # the trial's session id too: its whole tree is killed by it
-        sampler = MemorySampler(proc.pid, include_parent=ctx.get_start_method() == "forkserver")
-        deadline = started + request.timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                trial.error = TrialError(
-                    kind="timeout",
-                    message=f"no result within the {request.timeout_s:g} s trial timeout (a hang, or a loader "
-                    "too slow for the timeout: raise --timeout)",
-                )
-                break
-            if recv.poll(min(0.05, remaining)):
-                try:
-                    kind, payload = recv.recv()
-                except EOFError:
-                    break
-                if kind == "startup":
-                    trial.startup_s = payload
-                elif kind == "warmup":
-                    trial.warmup = payload
-                elif kind == "block":
-                    trial.blocks.append(payload)
-                elif kind == "warning":
-                    trial.warnings.append(payload)
-                elif kind == "rank":  # (rank, local rank, kind, figure) from one rank of several
-                    trial.record_rank(*payload)
-                    if payload[2] == "startup" and sampler.startup_index is None:
-                        sampler.mark_startup()  # the first rank's workers are up
-                    elif payload[2] == "warmup":
-                        sampler.timed = True  # a rank's window has begun: sample sparingly
-                elif kind == "error":
-                    trial.error = payload
-                elif kind == "done":
-                    finished = True
-                elif kind == "device":
-                    gpu_sampler = UtilisationSampler.for_device(payload.get("uuid"), payload.get("index"))
-                elif kind == "batch":
-                    trial.batch = payload
-                elif kind == "cpu":
-                    trial.cpu_s = payload
-                elif kind == "gpu_memory":
-                    trial.gpu = payload
-                if on_event:
-                    on_event(kind, payload)
-                if kind in ("done", "error"):
-                    break
-                if kind == "warmup":
-                    sampler.timed = True  # blocks are timed from here: sample sparingly
-                    if gpu_sampler is not None:
-                        gpu_sampler.timed = True
-                elif kind == "measured":
-                    sampler.timed = False
-                    if gpu_sampler is not None:
-                        gpu_sampler.timed = False
-                    sampler.maybe_sample(force=True)  # steady state, nothing timed now
-                    recv.send("ack")
-                elif kind == "startup":
-                    sampler.mark_startup()  # the workers are up: warm-up is untimed
-            sampler.maybe_sample()
-            if gpu_sampler is not None:
-                gpu_sampler.maybe_sample()
-        if trial.error is None or trial.error.kind != "timeout":
-            proc.join(10)
-    finally:  # also on Ctrl-C: nothing of the trial survives it
-        if proc.pid is not None:
-            kill_group(proc.pid)
-            proc.join(5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        remove_orphaned_shared_memory(started_wall)
-        shutil.rmtree(ranks_dir(log_path), ignore_errors=True)
-        recv.close()
-        trial.wall_s = time.monotonic() - started
-        trial.memory = sampler.result() if sampler else None
-        if gpu_sampler is not None and gpu_sampler.samples:
+def timeout_error(timeout_s: float) -> TrialError:
+    return TrialError(kind="timeout", message=f"no result within the {timeout_s:g} s trial timeout (a hang, or a "
+                      "loader too slow for the timeout: raise --timeout)")
+
+
+class Ending(Enum):
+    """How the child's stream of messages ended."""
+
+    DONE = "done"  # it reported its result
+    FAILED = "failed"  # it reported an error
+    SILENT = "silent"  # its pipe closed without a word: it died
+    TIMEOUT = "timeout"  # the trial's time ran out first
+
+
+@dataclass
+class Watch:
+    """What the parent measures of a running trial from outside it: the tree's memory, and the GPU's
+    utilisation (NVML, when the trial runs on a CUDA device and NVML works). Both follow the trial's
+    phases: sparse while blocks are timed, one sample forced at steady state."""
+
+    memory: MemorySampler
+    gpu: UtilisationSampler | None = None
+
+    def see(self, message: Message, conn) -> None:
+        kind = message.kind
+        if kind is Kind.DEVICE and self.gpu is None:  # with several ranks: the first rank's GPU
+            self.gpu = UtilisationSampler.for_device(message.payload.get("uuid"), message.payload.get("index"))
+        elif kind is Kind.STARTUP and self.memory.startup_index is None:
+            self.memory.mark_startup()  # the (first rank's) workers are up: warm-up is untimed
+        elif kind is Kind.WARMUP:
+            self.set_timed(True)  # blocks are timed from here: sample sparingly
+        elif kind is Kind.MEASURED:
+            self.set_timed(False)
+            self.memory.maybe_sample(force=True)  # steady state, nothing timed now
+            conn.send(Message(Kind.ACK))
+
+    def set_timed(self, timed: bool) -> None:
+        self.memory.timed = timed
+        if self.gpu is not None:
+            self.gpu.timed = timed
+
+    def tick(self) -> None:
+        self.memory.maybe_sample()
+        if self.gpu is not None:
+            self.gpu.maybe_sample()
+
+    def record(self, trial: Trial) -> None:
+        trial.memory = self.memory.result()
+        if self.gpu is not None and self.gpu.samples:
             trial.gpu = trial.gpu or GPUUsage()
-            trial.gpu.utilisation = gpu_sampler.samples
-        log_tail = read_tail(log_path)
-        log_path.unlink(missing_ok=True)
+            trial.gpu.utilisation = self.gpu.samples
+
+
+class TrialProcess:
+    """One trial's child, from its start to its clean-up: its pipe, its log file, the parent's watch."""
+
+    def __init__(self, source: SpecRef | LoadedSpec, request: TrialRequest):
+        self.request = request
+        self.ctx = context_for(source, request.device)
+        self.conn, self.child_end = self.ctx.Pipe()  # duplex: the parent acknowledges the child's MEASURED
+        fd, log_name = tempfile.mkstemp(prefix="loadtune-trial-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(log_name)
+        self.started, self.started_wall = time.monotonic(), time.time() - 1
+        self.proc = self.ctx.Process(target=_child, args=(source, request, self.child_end, str(self.log_path)),
+                                     name="loadtune-trial")
+        self.watch: Watch | None = None
+
+    def start(self, on_event: OnEvent | None) -> None:
+        with main_module_hidden(), sigint_held():
+            self.proc.start()
+        self.child_end.close()
+        if on_event:
+            on_event(Kind.PROCESS, self.proc.pid)  # the trial's session id too: its whole tree is killed by it
+        self.watch = Watch(MemorySampler(self.proc.pid, include_parent=self.ctx.get_start_method() == "forkserver"))
+
+    def receive(self, trial: Trial, on_event: OnEvent | None) -> Ending:
+        """Apply the child's messages to ``trial`` as they come, until its last one or the timeout."""
+        deadline = self.started + self.request.timeout_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            if self.conn.poll(min(0.05, remaining)):
+                try:
+                    message: Message = self.conn.recv()
+                except EOFError:
+                    return Ending.SILENT
+                apply(trial, message)
+                if on_event:
+                    on_event(*message.event())
+                if message.kind.final:
+                    return Ending.DONE if message.kind is Kind.DONE else Ending.FAILED
+                self.watch.see(message, self.conn)
+            self.watch.tick()
+        trial.error = timeout_error(self.request.timeout_s)
+        return Ending.TIMEOUT
+
+    def close(self, trial: Trial) -> str:
+        """Kill whatever is left of the trial (also on Ctrl-C: nothing of it survives), remove its
+        files, and keep what the parent measured. Returns the tail of the child's log."""
+        if self.proc.pid is not None:
+            kill_group(self.proc.pid)
+            self.proc.join(5)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join()
+        remove_orphaned_shared_memory(self.started_wall)
+        shutil.rmtree(scratch_dir(self.log_path), ignore_errors=True)
+        self.conn.close()
+        self.child_end.close()
+        trial.wall_s = time.monotonic() - self.started
+        if self.watch is not None:
+            self.watch.record(trial)
+        log_tail = read_tail(self.log_path)
+        self.log_path.unlink(missing_ok=True)
+        return log_tail
+
+
+def settle(trial: Trial, request: TrialRequest, ending: Ending, exitcode: int | None, log_tail: str) -> None:
+    """The trial's status, and its error when the child gave none."""
     trial.settle_ranks()
-    if finished and (trial.blocks or request.task != "measure"):
+    if ending is Ending.DONE and (trial.blocks or not request.needs_blocks):
         trial.status = "ok"
-    elif trial.error is not None and trial.error.kind == "timeout" and len(trial.blocks) >= request.timing.min_blocks:
+    elif ending is Ending.TIMEOUT and len(trial.blocks) >= request.timing.min_blocks:
         trial.status = "ok"  # enough was measured before the limit: keep it, and say so
         trial.warnings.append(f"stopped by the {request.timeout_s:g} s trial timeout after {len(trial.blocks)} blocks")
         trial.error = None
     elif trial.error is None:
-        trial.error = exit_error(proc.exitcode, log_tail) if not finished else TrialError(
+        trial.error = exit_error(exitcode, log_tail) if ending is not Ending.DONE else TrialError(
             kind="failure", message="no timed block completed within the time allowed; raise --timeout"
         )
     if trial.error is not None and trial.error.log_tail is None:
         trial.error.log_tail = log_tail or None
+
+
+def run_trial(source: SpecRef | LoadedSpec, request: TrialRequest, on_event: OnEvent | None = None) -> Trial:
+    """Run one trial in a child process and return what it measured, failed or not. ``on_event`` hears
+    every message as ``(Kind, payload)`` (``Kind`` is a ``str``), and first ``Kind.PROCESS`` with the pid."""
+    trial = Trial(config=request.config, status="failed")
+    child = TrialProcess(source, request)
+    try:
+        child.start(on_event)
+        ending = child.receive(trial, on_event)
+        if ending is not Ending.TIMEOUT:
+            child.proc.join(10)
+    finally:
+        log_tail = child.close(trial)
+    settle(trial, request, ending, child.proc.exitcode, log_tail)
     return trial

@@ -1,4 +1,4 @@
-"""How long the consumer waited for data: the "wait %" of the table (SPEC §5, issue 4).
+"""How long the consumer waited for data: the "wait %" of the table.
 
 On the CPU the consumer is the trial's main thread, so its wait is the host time spent inside
 ``next(loader)`` (the Meter times that with ``perf_counter``). On a GPU that host time says little:

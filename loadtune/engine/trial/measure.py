@@ -1,4 +1,4 @@
-"""The timing loop of one trial (SPEC §5), run inside the trial's own process.
+"""The timing loop of one trial, run inside the trial's own process.
 
 Protocol: time to first batch (``iter`` + first ``next``: worker start-up) on its own; a warm-up
 phase that drains the prefetch queue and is discarded; then timed blocks of at least ``block_s``.
@@ -15,23 +15,25 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
+from loadtune.engine.spec import LoadedSpec
 from loadtune.engine.trial import gpu
 from loadtune.engine.trial.cpu import tree_cpu_s
 from loadtune.engine.trial.faults import DuplicateDetector
 from loadtune.engine.trial.idle import GPUIdleClock
-from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
 from loadtune.engine.trial.prefetch import CUDAPrefetcher
-from loadtune.model.results import Block
-from loadtune.engine.spec import LoadedSpec
-from loadtune.model.estimate import estimate
 from loadtune.engine.trial.transfer import batch_info, batch_size_of, move_to, nbytes_of
 from loadtune.engine.trial.workload import StepWorkload
+from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
+from loadtune.model.estimate import estimate
+from loadtune.model.results import Block
+from loadtune.model.settings import ScanOptions
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,13 @@ class Timing:
         if len(rates) < self.min_blocks or self.target_spread <= 0:
             return False
         return estimate(rates).rel_spread <= self.target_spread
+
+
+def scan_timing(options: ScanOptions) -> Timing:
+    """How each trial of a scan measures (and each of a check against it): the soft cap leaves the
+    hard per-trial timeout a margin."""
+    return Timing(warmup_s=options.warmup, block_s=options.block_time, blocks=options.blocks, max_s=options.timeout * 0.8,
+                  min_blocks=options.min_blocks, target_spread=options.target_spread)
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,7 @@ class Shard:
     barrier: Callable[[str], None]  # waits for every rank of this node's trial; the name says which
     window_s: float
 
-    def sampler(self, dataset: Any, options: "LoaderOptions"):
+    def sampler(self, dataset: Any, options: LoaderOptions):
         """The sampler training uses under DDP: DistributedSampler with its defaults (padding to equal shards)."""
         from torch.utils.data.distributed import DistributedSampler
 
@@ -189,6 +198,13 @@ def device_sync(device: torch.device) -> Callable[[], None]:
     return lambda: None
 
 
+def open_device(device: torch.device) -> None:
+    """Make the CUDA ``device`` current and create its context now, not inside the first timed copy."""
+    torch.cuda.set_device(device)
+    torch.zeros(1, device=device)
+    torch.cuda.synchronize(device)
+
+
 class SampleCounter:
     """Samples per batch. For map-style datasets it is exact from the epoch position (the last batch
     is short unless ``drop_last``); otherwise it is read off the batch, ``batch_size`` as fallback."""
@@ -279,16 +295,11 @@ class Meter:
         benchmarks/archetypes/tiny_dataset.py). A phase still lasts ``min_s`` at least."""
         clock = time.perf_counter
         start = self.mark
-        whole = self.epochs_for(min_s) if self.aligned else None  # epochs this phase spans
+        whole = self.epochs_for(min_s) if self.aligned else 0  # epochs this phase spans
         samples = batches = epochs = 0
-        waited = 0.0  # host time inside next(): what a CPU consumer waits for data
-        stats = self.stats
-        if stats is not None:
-            stats.begin_block()
+        waited = asked = 0.0  # host time inside next(): what a CPU consumer waits for data
+        consume, time_waits = self._begin_block()
         # the hot loop does only what this trial needs: a bare loop's work plus counting
-        consume = None if self.consume is stats and stats.idle else self.consume  # (a warm-up may wrap it)
-        time_waits = stats is not None and stats.waits_on_host
-        asked = 0.0
         while True:
             if self.pending is not None:
                 batch, self.pending = self.pending, None
@@ -302,19 +313,9 @@ class Meter:
                 except StopIteration:
                     if time_waits:
                         waited += clock() - asked
-                    if self.count.position == 0:
-                        raise TrialFailure("an epoch yielded no batch") from None
-                    self.iterator = None
                     epochs += 1
-                    now = clock()
-                    # Whole-epoch blocks when the epoch is short, or when restarting the workers is a
-                    # real share of it (the median of time-cut blocks would drop the slow one holding
-                    # the restart). Otherwise time-cut blocks: one block need not last a long epoch.
-                    epoch_s = now - self.epoch_started
-                    self.epoch_times.append(epoch_s)
-                    self.aligned = self.aligned or epoch_s <= self.align_s or (
-                        self.restarts and self.startup_s >= RESTART_SHARE * epoch_s)
-                    if (batches >= min_batches and epochs >= (whole or 0) and now - start >= min_s) or now > deadline:
+                    now = self._end_epoch()
+                    if (batches >= min_batches and epochs >= whole and now - start >= min_s) or now > deadline:
                         break
                     continue
             if consume is not None:
@@ -325,11 +326,40 @@ class Meter:
             if now > deadline or (not self.aligned and batches >= min_batches and now - start >= min_s
                                   and settled()):
                 break
-        self.sync()
-        self.mark = clock()
-        wait_s = h2d_bytes = None
+        return self._end_block(start, samples, batches, epochs, waited)
+
+    def _begin_block(self) -> tuple[Callable | None, bool]:
+        """What the hot loop calls per batch (None when there is nothing to do with a batch: it is
+        dropped, as a bare loop does), and whether it times the host's wait inside ``next()``."""
+        stats = self.stats
         if stats is not None:
-            wait_s, h2d_bytes = stats.end_block(waited)
+            stats.begin_block()
+        consume = None if self.consume is stats and stats.idle else self.consume  # (a warm-up may wrap it)
+        return consume, stats is not None and stats.waits_on_host
+
+    def _end_epoch(self) -> float:
+        """Close the epoch that has just ended; returns when it ended.
+
+        Blocks then hold whole epochs when the epoch is short, or when restarting the workers is a
+        real share of it (the median of time-cut blocks would drop the slow one holding the restart).
+        Otherwise blocks are cut by time: one block need not last a long epoch."""
+        if self.count.position == 0:
+            raise TrialFailure("an epoch yielded no batch") from None
+        self.iterator = None
+        now = time.perf_counter()
+        epoch_s = now - self.epoch_started
+        self.epoch_times.append(epoch_s)
+        self.aligned = self.aligned or epoch_s <= self.align_s or (
+            self.restarts and self.startup_s >= RESTART_SHARE * epoch_s)
+        return now
+
+    def _end_block(self, start: float, samples: int, batches: int, epochs: int, waited: float) -> Block:
+        """Synchronise the device once; the block ends there, where the next one begins."""
+        self.sync()
+        self.mark = time.perf_counter()
+        wait_s = h2d_bytes = None
+        if self.stats is not None:
+            wait_s, h2d_bytes = self.stats.end_block(waited)
         return Block(samples, batches, self.mark - start, epochs, wait_s, h2d_bytes)
 
 
@@ -355,7 +385,7 @@ class Drained:
 
     SEGMENT_S = 0.25  # the backlog is judged by its minimum over segments this long
 
-    def __init__(self, meter: "Meter", workers: int, max_s: float):
+    def __init__(self, meter: Meter, workers: int, max_s: float):
         self.meter, self.limit = meter, max(1, workers // 2)
         self.until = time.perf_counter() + max_s
         self.segment_end = time.perf_counter() + self.SEGMENT_S
@@ -394,27 +424,53 @@ def measure(
     deadline = time.perf_counter() + timing.max_s
     cuda = device.type == "cuda"
     if cuda:
-        torch.cuda.set_device(device)
-        torch.zeros(1, device=device)  # create the context now, not inside the first timed copy
-        torch.cuda.synchronize(device)
+        open_device(device)
         emit("device", gpu.identity(device))  # the parent samples its utilisation through NVML
+    meter = build_meter(spec, config, device, timing, options, workload, shard)
+    if shard is not None:
+        shard.barrier("start")  # every rank starts its workers at once, as training does
+    emit("startup", meter.startup())
+    first = batch_info(meter.pending)
+    emit("batch", first)
+    warm_up(meter, spec, config, timing, deadline, emit)
+    enough = timing.enough
+    if shard is not None:  # every rank measures the same window, whatever its own spread
+        shard.barrier("warmup")
+        meter.mark = time.perf_counter()  # the window starts now on every rank; the wait is not timed
+        deadline = min(deadline, meter.mark + shard.window_s)
+        enough = whole_window
+    timed_blocks(meter, config, timing, deadline, enough, emit)
+    if cuda:
+        emit("gpu_memory", gpu.usage(device, config, first))
+    if shard is not None:
+        shard.barrier("window")
+    measured()
+    del meter  # with it the loader: shut workers down inside the trial, not in the interpreter's exit
+
+
+def build_meter(spec: LoadedSpec, config: TrialConfig, device: torch.device, timing: Timing,
+                options: LoaderOptions, workload: StepWorkload | None, shard: Shard | None) -> Meter:
+    """The trial's consumer and loader (a prefetcher over it with the ``stream`` strategy) in a Meter;
+    the device's memory peaks count from here, once both are built."""
     consumer = make_consumer(spec, config, device, workload.build(device) if workload else None)
     loader = make_loader(spec, config, options, shard)
     shard_length = len(loader.sampler) if shard is not None and not spec.iterable else None
     source = loader
     if config.transfer == "stream":  # the closing device sync of each block also waits for its pending copy
         source = consumer.source = TrialPrefetcher(loader, device)
-    if cuda:
+    if device.type == "cuda":
         torch.cuda.synchronize(device)
         gpu.reset_peaks(device)
-    meter = Meter(source, consumer, device_sync(device),
-                  SampleCounter(spec, config, options.drop_last, shard_length), ALIGN_EPOCHS_UP_TO * timing.block_s,
-                  restarts=config.num_workers > 0 and not config.persistent_workers)
-    if shard is not None:
-        shard.barrier("start")  # every rank starts its workers at once, as training does
-    emit("startup", meter.startup())
-    first = batch_info(meter.pending)
-    emit("batch", first)
+    return Meter(source, consumer, device_sync(device),
+                 SampleCounter(spec, config, options.drop_last, shard_length), ALIGN_EPOCHS_UP_TO * timing.block_s,
+                 restarts=config.num_workers > 0 and not config.persistent_workers)
+
+
+def warm_up(meter: Meter, spec: LoadedSpec, config: TrialConfig, timing: Timing, deadline: float,
+            emit: Callable[[str, Any], None]) -> None:
+    """The warm-up phase, discarded: at least one batch per prefetch slot, and until the start-up
+    backlog is consumed (``Drained``). An IterableDataset over several workers is also checked,
+    untimed, for workers that all yield the same samples."""
     warm_batches = config.num_workers * (config.prefetch_factor or DEFAULT_PREFETCH) + 1
     consume, detector = meter.consume, None
     if spec.iterable and config.num_workers > 1:  # look at the first batch of each worker, untimed
@@ -425,16 +481,21 @@ def measure(
     meter.consume = consume
     if detector is not None and detector.duplicated:
         emit("warning", detector.warning())
+
+
+def whole_window(rates: list[float]) -> bool:
+    """A rank never stops early on its own spread: every rank measures the whole shared window."""
+    return False
+
+
+def timed_blocks(meter: Meter, config: TrialConfig, timing: Timing, deadline: float,
+                 enough: Callable[[list[float]], bool], emit: Callable[[str, Any], None]) -> None:
+    """Timed blocks until ``enough`` of them or the deadline, then the CPU that the loader and its
+    workers used over them."""
     rates: list[float] = []
     # many workers deliver in bursts: a block spans at least two batches per worker, so its rate is
     # not just the luck of which burst fell inside it
     block_batches = max(1, 2 * config.num_workers)
-    enough = timing.enough
-    if shard is not None:  # every rank measures the same window, whatever its own spread
-        shard.barrier("warmup")
-        meter.mark = time.perf_counter()  # the window starts now on every rank; the wait is not timed
-        deadline = min(deadline, meter.mark + shard.window_s)
-        enough = lambda rates: False  # noqa: E731
     cpu_start = tree_cpu_s(meter.loader_iterator)  # twice per trial, outside the hot loop and the blocks:
     meter.mark = time.perf_counter()  # reading 64 workers' counters takes milliseconds, which are not the loader's
     while not enough(rates) and time.perf_counter() < deadline:
@@ -446,9 +507,3 @@ def measure(
     if (rates and cpu_start[0] is not None and cpu_end[0] is not None and cpu_start[1] == cpu_end[1]
             and len(cpu_end[1]) == config.num_workers):
         emit("cpu", cpu_end[0] - cpu_start[0])  # the same workers throughout: none of their CPU went uncounted
-    if cuda:
-        emit("gpu_memory", gpu.usage(device, config, first))
-    if shard is not None:
-        shard.barrier("window")
-    measured()
-    del meter, loader, source  # shut workers down inside the trial, not in the interpreter's exit

@@ -26,7 +26,7 @@ def nvml() -> Any | None:
 
             pynvml.nvmlInit()
             _nvml = pynvml
-        except Exception as exc:  # ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
+        except Exception as exc:  # noqa: BLE001 - ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
             _nvml, _why = False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return _nvml or None
 
@@ -49,7 +49,7 @@ def query(name: str, *args: Any) -> Any | None:
         return None
     try:
         value = getattr(lib, name)(*args)
-    except Exception:  # NVMLError_NotSupported on some boards, AttributeError on an old pynvml
+    except Exception:  # noqa: BLE001 - NVMLError_NotSupported on some boards, AttributeError on an old pynvml
         return None
     return value.decode() if isinstance(value, bytes) else value
 
@@ -105,7 +105,7 @@ class UtilisationSampler:
     _last: float = -1e9
 
     @classmethod
-    def for_device(cls, uuid: str | None, index: int | None) -> "UtilisationSampler | None":
+    def for_device(cls, uuid: str | None, index: int | None) -> UtilisationSampler | None:
         """By UUID; by index only when CUDA_VISIBLE_DEVICES does not renumber the devices."""
         dev = handle(None if os.environ.get("CUDA_VISIBLE_DEVICES") else index, uuid)
         return cls(dev) if dev is not None else None

@@ -21,7 +21,8 @@ still runs meanwhile. On a CPU device it passes batches through unchanged.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 

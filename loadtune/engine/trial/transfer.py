@@ -7,7 +7,8 @@ pinned; from pageable memory the copy is synchronous whatever the flag says.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 

@@ -50,14 +50,14 @@ class StepWorkload:
     iterations: int
     calibrated_ms: float  # what the step took at calibration (an idle device, no loader running)
 
-    def build(self, device: torch.device) -> "SyntheticStep":
+    def build(self, device: torch.device) -> SyntheticStep:
         return SyntheticStep(self, device)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "StepWorkload":
+    def from_dict(cls, data: dict) -> StepWorkload:
         return cls(**data)
 
 

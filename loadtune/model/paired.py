@@ -1,0 +1,66 @@
+"""The paired reference a scan records for ``check``: its pick measured round by round beside a
+calibration workload shaped like the user's dataset (docs/ci.md)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from loadtune.model.config import TrialConfig
+
+
+@dataclass(frozen=True)
+class CalibrationShape:
+    """A synthetic dataset cut to the user's per-sample costs: ``units`` of fixed CPU work and
+    ``sleep_s`` of waiting per sample, ``sample_numel`` float32 values out. Run with the checked
+    config's own loader settings, it meets the same contention and drift as the config does, so
+    their ratio measures the dataset, not the machine's mood. The work is counted in units, not
+    seconds, so a slower machine runs it slower too."""
+
+    units: int
+    sleep_s: float
+    sample_numel: int
+    unit_s: float  # CPU seconds one unit took where the shape was set (for the record)
+    source: str  # where the costs came from: "stage profile", "trial CPU"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CalibrationShape":
+        return cls(int(data["units"]), float(data["sleep_s"]), int(data["sample_numel"]), float(data["unit_s"]),
+                   str(data.get("source", "")))
+
+
+@dataclass(frozen=True)
+class PairedRound:
+    """One round: the config and its shaped calibration measured back to back (samples/s, None when a
+    trial failed); the order alternates between rounds so that drift favours neither."""
+
+    config_rate: float | None
+    calibration_rate: float | None
+    config_first: bool = True
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.config_rate or not self.calibration_rate:
+            return None
+        return self.config_rate / self.calibration_rate
+
+
+@dataclass
+class PairedReference:
+    """What a scan records for ``check``: its pick measured in paired rounds with its shaped calibration."""
+
+    config: TrialConfig
+    shape: CalibrationShape
+    rounds: list[PairedRound] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"config": self.config.to_dict(), "shape": self.shape.to_dict(), "rounds": [asdict(r) for r in self.rounds]}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "PairedReference | None":
+        if not data:
+            return None
+        return cls(TrialConfig.from_dict(data["config"]), CalibrationShape.from_dict(data["shape"]),
+                   [PairedRound(**r) for r in data.get("rounds", [])])

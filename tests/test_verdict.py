@@ -1,0 +1,142 @@
+"""The check's verdict as pure functions, on simulated rounds with a machine whose pace drifts and
+jumps (another process switched on and off) on top of each trial's own noise. The error rates are
+asserted by simulation: what the benchmark measures on a real machine, here with known truth."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from loadtune.engine.check import parse_tolerance
+from loadtune.analysis.verdict import decide, judge, machine_change, paired_change
+from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION
+from loadtune.model.paired import PairedRound
+
+TOLERANCE = 0.10
+
+
+class Machine:
+    """A pace that drifts slowly and halves for a while when a background job runs; each trial adds
+    its own multiplicative noise. The config and its calibration share the pace of their round."""
+
+    def __init__(self, rng: random.Random, noise: float = 0.04, drift: float = 0.03, busy_share: float = 0.3):
+        self.rng, self.noise, self.drift, self.busy_share = rng, noise, drift, busy_share
+        self.level = 1.0
+
+    def pace(self) -> float:
+        self.level *= math.exp(self.rng.gauss(0, self.drift))
+        return self.level * (0.55 if self.rng.random() < self.busy_share else 1.0)
+
+    def round(self, slowdown: float, config_first: bool = True) -> PairedRound:
+        pace = self.pace()
+        config = 8000 * pace * (1 - slowdown) * math.exp(self.rng.gauss(0, self.noise))
+        calibration = 5000 * pace * math.exp(self.rng.gauss(0, self.noise))
+        return PairedRound(config, calibration, config_first)
+
+
+def sequential_check(rng: random.Random, slowdown: float, baseline_rounds: int = 4, min_rounds: int = 3,
+                     max_rounds: int = 12) -> str:
+    """As ``check`` runs: a baseline of paired rounds, then rounds until decided or out of budget."""
+    machine = Machine(rng)
+    baseline = [machine.round(0.0, i % 2 == 0) for i in range(baseline_rounds)]
+    machine.level *= rng.uniform(0.6, 1.2)  # another day, another load: the pairing must absorb it
+    rounds: list[PairedRound] = []
+    status = INCONCLUSIVE
+    while len(rounds) < max_rounds:
+        rounds.append(machine.round(slowdown, len(rounds) % 2 == 0))
+        if len(rounds) >= min_rounds:
+            status, _, _ = judge(baseline, rounds, TOLERANCE)
+            if status != INCONCLUSIVE:
+                break
+    return status
+
+
+def rates(slowdown: float, runs: int = 400, seed: int = 1) -> dict[str, float]:
+    rng = random.Random(seed)
+    outcomes = [sequential_check(rng, slowdown) for _ in range(runs)]
+    return {s: outcomes.count(s) / runs for s in (PASS, REGRESSION, INCONCLUSIVE)}
+
+
+def test_unchanged_dataset_almost_never_fails_on_a_drifting_busy_machine():
+    got = rates(0.0)
+    assert got[REGRESSION] <= 0.01
+    assert got[PASS] >= 0.85  # the rest inconclusive, never a pass or a failure by luck
+
+
+def test_a_quarter_slower_is_caught():
+    assert rates(0.25)[REGRESSION] >= 0.95
+
+
+def test_at_the_tolerance_the_verdict_can_go_either_way_and_is_never_a_silent_pass_of_a_big_slowdown():
+    at_tolerance = rates(0.10)
+    assert at_tolerance[PASS] < 0.6 and at_tolerance[REGRESSION] < 0.8
+    assert rates(0.40)[PASS] == 0.0
+
+
+def test_the_interval_covers_the_true_change_95_percent_of_the_time():
+    rng = random.Random(7)
+    covered, runs, truth = 0, 1000, -0.15
+    for _ in range(runs):
+        machine = Machine(rng)
+        base = [machine.round(0.0) for _ in range(3)]
+        now = [machine.round(-truth) for _ in range(5)]
+        change = paired_change([math.log(r.ratio) for r in base], [math.log(r.ratio) for r in now])
+        covered += change.low <= truth <= change.high
+    assert covered / runs >= 0.93
+
+
+def test_without_pairing_the_same_machine_would_cry_wolf():
+    """The reason for the paired design: comparing raw samples/s across the same drifting machine."""
+    rng = random.Random(3)
+    false_alarms = 0
+    for _ in range(200):
+        machine = Machine(rng)
+        base = [machine.round(0.0) for _ in range(3)]
+        machine.level *= rng.uniform(0.6, 1.2)
+        now = [machine.round(0.0) for _ in range(5)]
+        raw = paired_change([math.log(r.config_rate) for r in base], [math.log(r.config_rate) for r in now])
+        false_alarms += decide(raw, TOLERANCE) == REGRESSION
+    assert false_alarms / 200 > 0.05
+
+
+def test_decide_reads_the_interval_against_the_tolerance():
+    from loadtune.analysis.verdict import Change
+
+    assert decide(Change(-0.3, -0.35, -0.25, 3, 3), 0.1) == REGRESSION
+    assert decide(Change(0.0, -0.05, 0.05, 3, 3), 0.1) == PASS
+    assert decide(Change(-0.1, -0.2, 0.0, 3, 3), 0.1) == INCONCLUSIVE
+    assert decide(None, 0.1) == INCONCLUSIVE
+
+
+def test_too_few_rounds_is_inconclusive_never_a_pass():
+    one = [PairedRound(100.0, 50.0)]
+    status, reasons, change = judge(one, one, TOLERANCE)
+    assert status == INCONCLUSIVE and change is None and "too few" in reasons[0]
+
+
+def test_nothing_measured_and_the_absolute_floor():
+    base = [PairedRound(100.0, 50.0), PairedRound(102.0, 51.0)]
+    assert judge(base, [PairedRound(None, 50.0)], TOLERANCE)[0] == NOTHING
+    same = [PairedRound(100.0, 50.0), PairedRound(101.0, 50.5), PairedRound(99.0, 49.5)]
+    status, reasons, _ = judge(base, same, TOLERANCE, min_throughput=150.0)
+    assert status == REGRESSION and "floor" in reasons[-1]
+
+
+def test_machine_change_reads_the_calibration_alone():
+    base = [PairedRound(100.0, 50.0), PairedRound(100.0, 51.0), PairedRound(100.0, 49.0)]
+    slow = [PairedRound(60.0, 30.0), PairedRound(61.0, 30.5), PairedRound(59.0, 29.5)]
+    moved = machine_change(base, slow)
+    assert moved.value == pytest.approx(-0.4, abs=0.02) and moved.high < 0
+    assert judge(base, slow, TOLERANCE)[0] == PASS  # the machine slowed, the dataset did not
+
+
+@pytest.mark.parametrize("text, value", [("10%", 0.10), (0.25, 0.25)])
+def test_parse_tolerance(text, value):
+    assert parse_tolerance(text) == pytest.approx(value)
+
+
+def test_parse_tolerance_refuses_out_of_range():
+    with pytest.raises(ValueError):
+        parse_tolerance("150%")
