@@ -56,7 +56,7 @@ def background(cmd: list[str] | None):
 def one_check(baseline: Path, out: Path, condition: str, slowdown: float) -> dict:
     started = time.monotonic()
     with background(CONDITIONS[condition]):
-        proc = loadtune("check", str(SPEC), "--baseline", str(baseline), "--json", str(out), "-q", slowdown=slowdown)
+        proc = loadtune("check", str(SPEC), "--baseline", str(baseline), "--json", str(out), slowdown=slowdown)
     data = json.loads(out.read_text()) if out.exists() else {}
     return {"condition": condition, "slowdown": slowdown, "exit": proc.returncode,
             "status": EXIT_STATUS.get(proc.returncode, f"exit {proc.returncode}"),
