@@ -70,9 +70,9 @@ def test_hundredfold_slower_dataset_fails_with_figures_in_junit(baseline, tmp_pa
 
 
 def test_a_20_percent_slower_dataset_fails_and_an_unchanged_one_does_not(dial_baseline):
-    slowed = run_cli("check", DIAL, "--baseline", dial_baseline, "--budget", "90", env={"LOADTUNE_TEST_SLOWDOWN": "0.2"})
+    slowed = run_cli("check", DIAL, "--baseline", dial_baseline, "--budget", "60", env={"LOADTUNE_TEST_SLOWDOWN": "0.2"})
     assert slowed.returncode == 1, slowed.stdout + slowed.stderr
-    same = run_cli("check", DIAL, "--baseline", dial_baseline, "--budget", "90")
+    same = run_cli("check", DIAL, "--baseline", dial_baseline, "--budget", "60")
     assert same.returncode in (0, 4), same.stdout + same.stderr  # pass, or inconclusive: never a regression
     assert same.returncode == 0 or "INCONCLUSIVE" in same.stdout
 
@@ -89,7 +89,7 @@ def busy_core():
 
 def test_another_process_keeping_a_core_busy_does_not_fail_an_unchanged_dataset(dial_baseline):
     with busy_core():
-        proc = run_cli("check", DIAL, "--baseline", dial_baseline, "--budget", "90")
+        proc = run_cli("check", DIAL, "--baseline", dial_baseline, "--budget", "60")
     assert proc.returncode in (0, 4), proc.stdout + proc.stderr
 
 
