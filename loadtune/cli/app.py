@@ -159,6 +159,7 @@ def scan(
                                                                               "(node 0 hosts it)"),
 ) -> None:
     """Search DataLoader settings for a dataset, print a ranked table and a recommendation."""
+    # long only by its typer signature (one line per flag); the body hands off to planned_scan / run_scan
     as_json = checked_outputs(format_, plot)
     console = Console(stderr=as_json)  # under --format json, stdout holds the JSON alone
     overrides = dict(

@@ -9,7 +9,6 @@ load, a slower machine or drift within the run hit both alike, and their ratio i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from loadtune.engine.calibration import shape_for, shaped_spec, unit_seconds_isolated
 from loadtune.engine.spec import LoadedSpec, SpecRef
@@ -54,6 +53,6 @@ def record_reference(result: ScanResult, source: SpecRef | LoadedSpec, request: 
     for i in range(rounds):
         if not keep_going():
             break
-        paired, _ = paired_round(source, calibration, replace(request), i)
+        paired, _ = paired_round(source, calibration, request, i)
         reference.rounds.append(paired)
     return reference
