@@ -93,6 +93,6 @@ def test_copy_on_write_growth_is_detected_for_python_objects_not_for_a_tensor():
     assert note is not None and "copy-on-write" in note and "numpy arrays or torch tensors" in note
 
     tensor = trials_of("tensor")
-    assert trial_growth(tensor[1]).bytes < GROWTH_NOISE
+    assert trial_growth(tensor[1]).bytes < grown.bytes / 2  # a forked worker's own pages may grow, the data's do not
     assert copy_on_write(by_config(tensor)) is None
     assert tensor[1].memory.shm_peak_bytes > 0  # batches in flight between the workers and the main process

@@ -17,7 +17,11 @@ from loadtune.model.results import ConfigResult, MemoryUsage, ScanResult, Trial
 
 MiB = 2**20
 GROWTH_NOISE = 16 * MiB  # growth below this is the sampling's and the allocator's noise, not a trend
-COW_PER_WORKER = 8 * MiB  # growth per worker beyond the in-process loader's that is called copy-on-write
+# Growth per worker beyond the in-process loader's that is called copy-on-write. A forked worker copies
+# some of the interpreter's own pages whatever the dataset holds (a garbage-collector pass writes the
+# header of every tracked object): up to ~20 MiB per worker with torch imported, seen on a loaded
+# 2-core machine for a dataset held in one tensor. Below twice that, growth says nothing about the data.
+COW_PER_WORKER = 40 * MiB
 UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 

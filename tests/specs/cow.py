@@ -1,11 +1,11 @@
-"""The same data held two ways. ``python_objects``: a list of two million Python floats, each sample
+"""The same data held two ways. ``python_objects``: a list of six million Python floats, each sample
 built from a slice of it, so a worker that reads a sample writes the reference counts of its floats
 and copies their pages (copy-on-write). ``tensor``: one float64 tensor, whose pages workers only read."""
 
 import torch
 from torch.utils.data import Dataset
 
-N = 2_000_000
+N = 6_000_000
 SAMPLES = 256
 CHUNK = N // SAMPLES
 
