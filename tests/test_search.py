@@ -102,7 +102,13 @@ def test_confirmation_remeasures_contenders_side_by_side():
     confirm = [t for t in result.trials if t.round == 1]
     assert sorted(t.config.num_workers for t in confirm) == [0, 2, 4]  # and PyTorch's defaults, for the gain
     clear = drive(adaptive(workers=(0, 1, 2), prefetch=(2,), persistent=True, max_workers=2), lambda c: {0: 1, 1: 2, 2: 9}[c.num_workers] * 1000)
-    assert not [t for t in clear.trials if t.round == 1]  # a clear winner needs no confirmation
+    # a clear winner is measured beside PyTorch's defaults all the same: the stated gain is side by side
+    assert sorted(t.config.num_workers for t in clear.trials if t.round == 1) == [0, 2]
+    rec = loadtune.analysis.recommend.recommend(clear.trials)
+    assert rec.config.num_workers == 2 and rec.speedup_rounds == 1
+    zero = drive(adaptive(workers=(0, 1, 2), prefetch=(2,), persistent=True, max_workers=2), lambda c: {0: 9, 1: 2, 2: 3}[c.num_workers] * 1000)
+    # the defaults win: the best config with workers is their partner in the round
+    assert sorted(t.config.num_workers for t in zero.trials if t.round == 1) == [0, 2]
 
 
 def test_a_pick_tied_only_by_wide_intervals_is_measured_again_beside_the_fastest():
@@ -243,4 +249,7 @@ def test_a_pick_the_confirmation_made_is_itself_confirmed():
     assert loadtune.analysis.recommend.recommend(result.trials).config == w2  # the pooled rounds made it the pick
     assert [(p.config, p.round) for p in confirmation(result, 1, 0.02, 0)] == [(w2, 1)]
     result.trials.append(run(w2, [880, 900, 920, 890, 910], 1))
-    assert confirmation(result, 1, 0.02, 0) == []  # confirmed: done, whatever the pick is now
+    # confirmed, not again; still tied with the fastest only through the drift the search saw, so the
+    # two are measured once more side by side (settling), and nothing else
+    settle = confirmation(result, 1, 0.02, 0)
+    assert settle and {p.config for p in settle} <= {w2, w4a} and {p.round for p in settle} == {2}

@@ -15,7 +15,8 @@ from loadtune.analysis.footprint import over_limit, size_text
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig, transfer_cost
 from loadtune.model.results import ConfigResult, Recommendation, ScanResult, Trial, by_config
 from loadtune.model.settings import NOISE_FLOOR
-from loadtune.analysis.stats import indistinguishable, ratio
+from loadtune.analysis.noise import clearly_faster, gain, run_noise
+from loadtune.analysis.stats import indistinguishable
 
 MEMORY_GRAIN = 16 * 2**20  # memory differences below this are noise of the sampling, not cost
 
@@ -58,22 +59,25 @@ def contenders(configs: list[ConfigResult], noise_floor: float = NOISE_FLOOR) ->
     every config the noise cannot tell from it unless another config beats it beyond the noise. A
     fastest measured once and noisily (a heavy-tailed dataset's blocks can span ±45%) has an interval
     wide enough to take in configs that tighter ones clearly beat; without that second test, such
-    an interval made ``num_workers=0`` at 55% of the others "tied", and so the cheapest pick."""
+    an interval made ``num_workers=0`` at 55% of the others "tied", and so the cheapest pick. "Clearly
+    faster" is judged side by side where two configs shared closing rounds, else with the run-to-run
+    noise learned from the scan's repeats; ``noise_floor`` is the smallest difference that counts."""
     ok = [c for c in configs if c.ok]
     if not ok:
         return []
+    noise = run_noise(ok)
     by_speed = sorted(ok, key=lambda c: c.estimate.median, reverse=True)
 
     def beaten(c: ConfigResult) -> bool:
-        return any(not indistinguishable(d.estimate, c.estimate, noise_floor)
-                   for d in by_speed if d.estimate.median > c.estimate.median)
+        return any(clearly_faster(d, c, noise, noise_floor) for d in by_speed if d is not c)
 
     return sorted((c for c in ok if not beaten(c)), key=cost)
 
 
 def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory: int | None = None) -> Recommendation | None:
     """Pool the runs of each config, then pick the cheapest of the contenders. Configs whose measured
-    peak memory exceeds ``max_memory`` (bytes) are left out of the choice, and listed."""
+    peak memory exceeds ``max_memory`` (bytes) are left out of the choice, and listed. The gain over
+    PyTorch's defaults comes from the rounds that measured both side by side where there are any."""
     configs = by_config(trials)
     excluded = over_limit(configs, max_memory)
     tied = contenders([c for c in configs if c not in excluded], noise_floor)
@@ -82,18 +86,19 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory:
     best = max(tied, key=lambda c: c.estimate.median)
     pick = tied[0]
     base = baseline_for(configs, pick.config.batch_size)
-    speed = ratio(pick.estimate, base.estimate) if base else None
+    speed = gain(pick, base, run_noise(configs)) if base else None
     return Recommendation(
         config=pick.config,
         best=best.config,
         tied=[t.config for t in tied],
         baseline=base.config if base else None,
-        speedup=speed.value if speed else None,
-        speedup_low=speed.low if speed else None,
-        speedup_high=speed.high if speed and math.isfinite(speed.high) else None,
+        speedup=speed.ratio.value if speed else None,
+        speedup_low=speed.ratio.low if speed else None,
+        speedup_high=speed.ratio.high if speed and math.isfinite(speed.ratio.high) else None,
         reason=explain(pick, best, tied) + excluded_reason(excluded, max_memory),
         excluded=[c.config for c in excluded],
         max_memory=max_memory,
+        speedup_rounds=speed.rounds if speed else 0,
     )
 
 

@@ -22,7 +22,7 @@ import statistics
 from dataclasses import dataclass
 
 from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION
-from loadtune.model.estimate import T975
+from loadtune.model.estimate import t975
 from loadtune.model.paired import PairedRound
 
 MIN_BASELINE_ROUNDS = 2  # paired rounds a baseline needs: one ratio has no spread to learn from
@@ -43,10 +43,6 @@ class Change:
 def log_ratios(rounds: list[PairedRound]) -> list[float]:
     """log(config / calibration) of each round where both were measured."""
     return [math.log(r.ratio) for r in rounds if r.ratio]
-
-
-def t975(df: int) -> float:
-    return T975[df - 1] if 1 <= df <= len(T975) else 1.96
 
 
 def paired_change(baseline: list[float], now: list[float]) -> Change | None:

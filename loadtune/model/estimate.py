@@ -43,18 +43,27 @@ class Estimate:
         return max(self.high - self.median, self.median - self.low) / self.median
 
 
-def median_halfwidth(values: Sequence[float]) -> float:
-    """Half-width of an approximate 95% interval of the median: t(n-1) x its standard error, the
-    standard error estimated robustly as 1.2533 x sigma / sqrt(n), sigma from the MAD with its
-    small-sample correction. Zero for one value (no spread can be seen)."""
+def t975(df: int) -> float:
+    """Student's t, 97.5% quantile, for ``df`` >= 1 degrees of freedom (1.96 past the table)."""
+    return T975[df - 1] if df <= len(T975) else 1.96
+
+
+def median_stderr(values: Sequence[float]) -> float:
+    """Standard error of the median, estimated robustly as 1.2533 x sigma / sqrt(n), sigma from the
+    MAD with its small-sample correction. Zero for one value (no spread can be seen)."""
     n = len(values)
     if n < 2:
         return 0.0
     mid = statistics.median(values)
     mad = statistics.median(abs(x - mid) for x in values)
     sigma = MAD_TO_SIGMA * mad * MAD_SMALL_N.get(n, n / (n - 0.8))
-    t = T975[n - 2] if n - 1 <= len(T975) else 1.96
-    return t * MEDIAN_EFFICIENCY * sigma / math.sqrt(n)
+    return MEDIAN_EFFICIENCY * sigma / math.sqrt(n)
+
+
+def median_halfwidth(values: Sequence[float]) -> float:
+    """Half-width of an approximate 95% interval of the median: t(n-1) x its standard error."""
+    n = len(values)
+    return t975(n - 1) * median_stderr(values) if n >= 2 else 0.0
 
 
 def mean_halfwidth(values: Sequence[float]) -> float:
@@ -63,8 +72,7 @@ def mean_halfwidth(values: Sequence[float]) -> float:
     n = len(values)
     if n < 2:
         return 0.0
-    t = T975[n - 2] if n - 1 <= len(T975) else 1.96
-    return t * statistics.stdev(values) / math.sqrt(n)
+    return t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
 
 
 def estimate(values: Sequence[float]) -> Estimate:

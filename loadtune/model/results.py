@@ -389,6 +389,7 @@ class Recommendation:
     reason: str
     excluded: list[TrialConfig] = field(default_factory=list)  # measured peak memory over --max-memory
     max_memory: int | None = None  # the limit in bytes, when one was set
+    speedup_rounds: int = 0  # closing rounds the speedup was measured side by side in (0: figures taken apart)
 
     def to_dict(self) -> dict:
         return asdict(self)

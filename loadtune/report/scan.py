@@ -17,6 +17,7 @@ from loadtune.analysis import bound as bound_mod
 from loadtune.analysis import footprint
 from loadtune.analysis.recommend import best_with_workers, noise_floor_of, persistent_saving, snippet
 from loadtune.model.results import ConfigResult, ScanResult, StageCost
+from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, gain, long_run, run_noise
 from loadtune.analysis.view import Row, rows as view_rows
 from loadtune.report.text import BAR_WIDTH, STATUS_STYLES, bar, gbps, ms, rate, short_bytes, spread_text, status_cell
 from loadtune.analysis.bound import scan_bound
@@ -29,7 +30,7 @@ COLUMN_HEADERS = {"start": "start", "mem": "mem", "wait": "wait", "gbps": "GB/s"
 CAPTION_PARTS = {
     "star": "★ recommended",
     "default": "default: PyTorch's defaults",
-    "spread": "±: 95% interval of the median",
+    "spread": "±: 95% interval for a long run, from the run-to-run spread of the configs measured more than once",
     "start": "start: time to first batch",
     "mem": "mem: PSS of main process + workers",
     "runs": "×N: runs pooled",
@@ -70,10 +71,11 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
         else:
             table.add_column(COLUMN_HEADERS[name], justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
+    noise = run_noise(result.configs)
     for row in rows:
-        cells = row_cells(row, rec, top)
+        cells = row_cells(row, rec, top, noise)
         table.add_row(*[cells[name] for name in ("rank", "config", "rate", *shown, "status")])
-    parts = [text for key, text in CAPTION_PARTS.items() if key not in dropped]
+    parts = [spread_caption(noise) if key == "spread" else text for key, text in CAPTION_PARTS.items() if key not in dropped]
     if "wait" in shown:
         parts.append("wait: share of the time the step waited for data" + (
             " (the GPU's compute stream idle between steps)" if result.settings.device.startswith("cuda") else ""))
@@ -85,13 +87,20 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
     return table
 
 
-def row_cells(row: Row, rec, top: float) -> dict:
-    """Every cell a row can have, by column name."""
+def spread_caption(noise: RunNoise) -> str:
+    """What the ± means: an interval for a long run once the scan repeated a config, else the blocks' own."""
+    if noise.learned:
+        return CAPTION_PARTS["spread"] + f" ({noise.between:.1%} between runs)"
+    return "±: 95% interval of the median block of the runs measured (no config was repeated: run-to-run noise unknown)"
+
+
+def row_cells(row: Row, rec, top: float, noise: RunNoise = NOTHING_LEARNED) -> dict:
+    """Every cell a row can have, by column name; ``noise`` widens the ± into a long run's interval."""
     if row.config is None:  # a knob value that was never run
         return {"rank": "", "config": Text(row.skip.what, style="dim"), "rate": "-", "bar": "", "start": "-",
                 "mem": "-", "wait": "-", "gbps": "-", "status": status_cell(row.status)}
     trial = row.config
-    est = trial.estimate
+    est = long_run(trial, noise)
     label = Text(trial.config.label())
     if rec and trial.config == rec.config:
         label.append(" ★", style="bold yellow")
@@ -129,8 +138,9 @@ def rank_table(result: ScanResult, rows: list[Row] | None = None) -> Table:
     for name in ("sum", "slowest", "wk", "start", "mem"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
+    noise = run_noise(result.configs)
     for row in view_rows(result) if rows is None else rows:
-        cells = row_cells(row, rec, top)
+        cells = row_cells(row, rec, top, noise)
         config = row.config
         total = config.aggregate_rate if config else None
         slowest = config.slowest_rank_rate if config else None
@@ -224,25 +234,31 @@ def recommendation_panel(result: ScanResult) -> Panel:
                          title="No recommendation", border_style="red")
         return Panel("No config could be measured: see the failures above.", title="No recommendation", border_style="red")
     pick = result.config_result(rec.config)
-    est = pick.estimate
+    noise = run_noise(result.configs)
+    est = long_run(pick, noise)
     lines = Text()
     lines.append(f"{rec.config.label()}", style="bold")
     runs = sum(1 for t in pick.trials if t.ok)
     lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} "
-                 + (f"(median of {est.n} blocks pooled from {runs} runs)\n" if runs > 1 else f"(median of {est.n} blocks)\n"))
+                 + (f"(median of {est.n} blocks pooled from {runs} runs" if runs > 1 else f"(median of {est.n} blocks")
+                 + ("; ± for a long run)\n" if noise.learned else "; ± of the blocks)\n"))
     if rec.speedup is not None and rec.baseline != rec.config:
         base = result.config_result(rec.baseline).estimate
+        how = (f"measured side by side in {rec.speedup_rounds} round{'s' if rec.speedup_rounds != 1 else ''}"
+               if rec.speedup_rounds else "from figures measured at different times")
         lines.append(
             f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
-            f"at batch size {rec.baseline.batch_size}), interval {rec.speedup_low:.2f}×–"
+            f"at batch size {rec.baseline.batch_size}), {how}, 95% interval {rec.speedup_low:.2f}×–"
             + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n")
         )
     elif rec.baseline == rec.config:
         runner_up = best_with_workers(result.configs)
-        if runner_up is not None:
-            times = est.median / runner_up.estimate.median
+        times = gain(pick, runner_up, noise) if runner_up is not None else None
+        if times is not None:
+            side = f", side by side in {times.rounds} round{'s' if times.rounds != 1 else ''}" if times.rounds else ""
             lines.append(
-                f"PyTorch's defaults (num_workers=0) win: {times:.2f}× the best config with workers ({runner_up.config.label()}); "
+                f"PyTorch's defaults (num_workers=0) win: {times.ratio.value:.2f}× the best config with workers "
+                f"({runner_up.config.label()}{side}, 95% interval {times.ratio.low:.2f}×–{times.ratio.high:.2f}×); "
                 "handing samples between processes costs more than producing them here.\n"
             )
         else:

@@ -1,13 +1,13 @@
 """The closing rounds of every search: the contenders re-measured side by side, interleaved, with
-PyTorch's defaults among them, so drift of the machine between the first and the last trial picks
-neither the winner nor the gain; a pick tied with a faster config only by wide intervals is measured
+PyTorch's defaults among them (beside a clear winner too), so drift of the machine between the first
+and the last trial picks neither the winner nor the gain; a pick tied with a faster config only by wide intervals is measured
 beside it a few more times."""
 
 from __future__ import annotations
 
 import random
 
-from loadtune.analysis.recommend import baseline_for, contenders
+from loadtune.analysis.recommend import baseline_for, best_with_workers, contenders
 from loadtune.model.results import ConfigResult, ScanResult, by_config
 from loadtune.search.strategy import Proposal, measured, skipped_keys
 
@@ -20,17 +20,20 @@ SETTLE_ROUNDS = 2  # more side-by-side rounds, at most, for a pick tied with the
 
 def confirmation(result: ScanResult, rounds: int, noise_floor: float, seed: int) -> list[Proposal]:
     """Contenders from the search, re-measured once per round in a shuffled order, with PyTorch's
-    defaults at the likely pick's batch size: the gain over them is then measured side by side too,
-    not against the scan's very first trial."""
+    defaults at the likely pick's batch size, even beside a clear winner: the gain over them is then
+    measured side by side, not against the scan's very first trial. When the defaults are the pick,
+    the fastest config with workers is their partner."""
     search = list(measured(result).values())
     tied = contenders(search, noise_floor)
-    if len(tied) <= 1:
-        return []  # a clear winner: nothing to confirm
+    if not tied:
+        return []
     best = max(tied, key=lambda c: c.estimate.median)
     chosen = tied[: MAX_CONFIRM - 1] + ([best] if best not in tied[: MAX_CONFIRM - 1] else [])
     default = baseline_for(search, tied[0].config.batch_size)
-    if default is not None and default not in chosen:
-        chosen.append(default)
+    partner = best_with_workers(search) if default is tied[0] else default
+    chosen += [c for c in (default, partner) if c is not None and c not in chosen]
+    if len(chosen) < 2:
+        return []  # nothing to measure side by side
     out = []
     skipped = skipped_keys(result)
     for r in range(1, rounds + 1):

@@ -1,0 +1,154 @@
+"""Run-to-run noise, learned from the scan's own repeats, as pure functions.
+
+The blocks of one trial share one run: its worker processes, the cores the scheduler gave them,
+what else the machine did meanwhile. Their spread says how well that run's level is known, not how
+far the next run of the same config lands from it. On a shared 2-core VM the two differ several-fold:
+the blocks' 95% interval held a 10x longer run of the same config in 20 of 36 pairs.
+
+Every config a scan measures more than once (PyTorch's defaults, the contenders of the closing
+rounds) shows how far runs of one config land apart. Pooled over configs, that between-run spread
+widens each config's interval into one for what a long run of it gives, sets how far apart two
+configs measured at different times must be before they count as different, and backs the paired
+comparison of two configs measured side by side in the same rounds.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from loadtune.analysis.stats import Ratio, indistinguishable, ratio
+from loadtune.model.estimate import Estimate, median_stderr, t975
+from loadtune.model.results import ConfigResult, Trial
+
+Z975 = 1.96
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """How far one run's level lies from its config's long-run level: a relative standard deviation
+    (on the log scale), and the degrees of freedom it was learned with (0: no config was repeated)."""
+
+    between: float
+    df: int
+
+    @property
+    def learned(self) -> bool:
+        return self.df > 0
+
+
+NOTHING_LEARNED = RunNoise(0.0, 0)
+
+
+def run_level(trial: Trial) -> tuple[float, float] | None:
+    """log of a run's median block rate, and that log's variance from the run's own blocks."""
+    rates = trial.pace_rates if trial.ok else []
+    if not rates:
+        return None
+    mid = statistics.median(rates)
+    if mid <= 0:
+        return None
+    rel = median_stderr(rates) / mid
+    return math.log(mid), rel * rel
+
+
+def run_levels(config: ConfigResult) -> list[tuple[float, float]]:
+    return [level for t in config.trials if (level := run_level(t)) is not None]
+
+
+def run_noise(configs: list[ConfigResult]) -> RunNoise:
+    """The between-run spread, pooled over every config measured more than once: the variance of run
+    levels about their config's mean, less what the runs' own blocks explain."""
+    squares, df, within = 0.0, 0, []
+    for config in configs:
+        levels = run_levels(config)
+        if len(levels) < 2:
+            continue
+        mean = statistics.fmean(x for x, _ in levels)
+        squares += sum((x - mean) ** 2 for x, _ in levels)
+        df += len(levels) - 1
+        within += [w for _, w in levels]
+    if not df:
+        return NOTHING_LEARNED
+    return RunNoise(math.sqrt(max(0.0, squares / df - statistics.fmean(within))), df)
+
+
+def long_run(config: ConfigResult, noise: RunNoise) -> Estimate | None:
+    """The config's figure with a 95% interval for what a long run of it gives: its runs' levels, the
+    spread between runs (for the next run, and for the mean of the ``k`` measured), and their blocks'.
+    Unchanged (the blocks' interval) when nothing was learned: that is all the data shows then."""
+    est = config.estimate
+    levels = run_levels(config)
+    if est is None or not levels or not noise.learned:
+        return est
+    k = len(levels)
+    within = statistics.fmean(w for _, w in levels)
+    half = t975(noise.df) * math.sqrt(noise.between ** 2 * (1 + 1 / k) + within / k)
+    centre = math.log(est.median)
+    return Estimate(est.median, math.exp(centre - half), math.exp(centre + half), est.q1, est.q3, est.n)
+
+
+def tie_floor(noise: RunNoise, minimum: float) -> float:
+    """How far apart (relative) two single runs of the same config land 95% of the time: below it, two
+    configs measured at different times cannot be told apart. ``minimum`` below that: differences
+    smaller than it are not worth a worker, however well measured."""
+    if not noise.learned:
+        return minimum
+    return max(minimum, math.exp(Z975 * math.sqrt(2) * noise.between) - 1)
+
+
+def paired_logs(a: ConfigResult, b: ConfigResult) -> list[float]:
+    """log(a / b) in each closing round (round >= 1: configs shuffled and measured side by side) where
+    both were measured."""
+    mine = {t.round: t.estimate.median for t in a.trials if t.ok and t.round >= 1 and t.estimate}
+    return [math.log(mine[t.round] / t.estimate.median) for t in b.trials
+            if t.ok and t.round in mine and t.estimate and t.estimate.median > 0 and mine[t.round] > 0]
+
+
+@dataclass(frozen=True)
+class Gain:
+    """``a / b`` with its 95% interval, and how many side-by-side rounds it rests on (0: from figures
+    measured at different times)."""
+
+    ratio: Ratio
+    rounds: int
+
+
+def paired_ratio(a: ConfigResult, b: ConfigResult, noise: RunNoise) -> Gain | None:
+    """``a / b`` from the rounds that measured both side by side. The spread of the round ratios and
+    what the scan learned a pair's spread to be (twice the between-run variance, an upper bound: drift
+    the two share cancels; plus their runs' own block noise) are pooled with their degrees of freedom,
+    so one or two rounds already give an honest interval. None without a paired round, or with one
+    and nothing learned."""
+    logs = paired_logs(a, b)
+    p = len(logs)
+    df = p - 1 + noise.df
+    if not p or not df:
+        return None
+    mean = statistics.fmean(logs)
+    own = sum((x - mean) ** 2 for x in logs)
+    blocks = sum(statistics.fmean(w for _, w in levels) for levels in (run_levels(a), run_levels(b)) if levels)
+    var = (own + noise.df * (2 * noise.between ** 2 + blocks)) / df
+    half = t975(df) * math.sqrt(var / p)
+    return Gain(Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half)), p)
+
+
+def gain(a: ConfigResult, b: ConfigResult, noise: RunNoise) -> Gain | None:
+    """``a / b``: side by side where paired rounds exist, else from the two long-run intervals."""
+    paired = paired_ratio(a, b, noise)
+    if paired is not None:
+        return paired
+    ea, eb = long_run(a, noise), long_run(b, noise)
+    return Gain(ratio(ea, eb), 0) if ea and eb else None
+
+
+def clearly_faster(a: ConfigResult, b: ConfigResult, noise: RunNoise, minimum: float) -> bool:
+    """``a`` beats ``b`` beyond the noise: judged side by side where they were measured in the same
+    rounds (the ratio's interval above 1, the ratio beyond ``minimum``), else from figures taken at
+    different times, whose medians must differ beyond the between-run spread too."""
+    paired = paired_ratio(a, b, noise)
+    if paired is not None:
+        return paired.ratio.low > 1 and paired.ratio.value > 1 + minimum
+    return a.estimate.median > b.estimate.median and not indistinguishable(
+        a.estimate, b.estimate, tie_floor(noise, minimum))
