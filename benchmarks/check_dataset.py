@@ -37,4 +37,4 @@ def dataset():
     return DialWork()
 
 
-loadtune = {"batch_size": 32, "workers": [0, 1, 2, 4], "prefetch": [2], "persistent": True}
+loadtune_options = {"batch_size": 32, "workers": [0, 1, 2, 4], "prefetch": [2], "persistent": True}

@@ -54,7 +54,7 @@ def side_by_side(configs: dict, ranks: int, opts: dict, repeats: int, seed: int)
     scan_opts = loadtune.ScanOptions(**{k: v for k, v in opts.items() if k in loadtune.ScanOptions.__dataclass_fields__})
     timing = scan_timing(scan_opts)
     source = SpecRef.parse(SPEC)
-    setup = setup_for(ranks, 1, 0, "cpu", scan_opts.blocks * scan_opts.block_time, source)
+    setup = setup_for(ranks, 1, 0, "cpu", scan_opts.blocks * scan_opts.block_time)
     runs: dict[str, list] = {name: [] for name in configs}
     rng = random.Random(seed)
     for _ in range(repeats):

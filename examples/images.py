@@ -122,4 +122,4 @@ def dataset():
 
 # Scan defaults; any CLI flag overrides them. Default collation stacks the images into a
 # B x 3 x 224 x 224 float32 batch and the labels into a tensor, as in a torchvision training script.
-loadtune = {"batch_size": 32}
+loadtune_options = {"batch_size": 32}

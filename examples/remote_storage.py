@@ -87,4 +87,4 @@ def dataset():
 
 # Scan defaults; any CLI flag overrides them. Default collation stacks a batch into a
 # B x 16384 float32 tensor and a B label tensor.
-loadtune = {"batch_size": 32}
+loadtune_options = {"batch_size": 32}

@@ -80,4 +80,4 @@ def dataset():
 
 
 # Scan defaults; any CLI flag overrides them.
-loadtune = {"batch_size": 32}
+loadtune_options = {"batch_size": 32}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from loadtune.version import __version__
 
 _EXPORTS = {
-    "scan": "loadtune.engine.scan",
+    "scan": "loadtune.report.notebook",  # engine.scan.scan with progress where someone watches
     "ScanOptions": "loadtune.model.settings",
     "SpecError": "loadtune.engine.spec",
     "load_spec": "loadtune.engine.spec",
@@ -20,21 +20,29 @@ _EXPORTS = {
     "Trial": "loadtune.model.results",
     "TrialConfig": "loadtune.model.config",
     "CUDAPrefetcher": "loadtune.engine.trial.prefetch",
+    "autotune": "loadtune.live.loader",
 }
 
 __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
-    from loadtune.engine.scan import scan
+    from loadtune.report.notebook import scan
     from loadtune.engine.spec import SpecError, load_spec
     from loadtune.engine.trial.prefetch import CUDAPrefetcher
+    from loadtune.live.loader import autotune
     from loadtune.model.config import TrialConfig
     from loadtune.model.results import ScanResult, Trial
     from loadtune.model.settings import ScanOptions
 
 
+# Imported with a name: the result's HTML rendering in Jupyter (light: neither torch nor the engine).
+_ALSO = {"ScanResult": "loadtune.report.html", "scan": "loadtune.report.html"}
+
+
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
+        if name in _ALSO:
+            importlib.import_module(_ALSO[name])
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'loadtune' has no attribute {name!r}")
 

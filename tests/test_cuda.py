@@ -1,19 +1,25 @@
-"""The GPU path on a real CUDA device (skipped without one; on a GPU: ``python3 -m pytest -m cuda``)."""
+"""The GPU path. Tests marked ``cuda`` need a real CUDA device (skipped without one; on a GPU:
+``python3 -m pytest -m cuda``); the others check on the CPU what can be checked there."""
 
+import json
 import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
 from collections import namedtuple
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import SPECS
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import loadtune
 from loadtune.engine import bandwidth, doctor
-from loadtune.engine.trial.prefetch import CUDAPrefetcher
+from loadtune.engine.trial.prefetch import Copy, CUDAPrefetcher, pipelined
 from loadtune.engine.trial.workload import calibrate
 
-pytestmark = pytest.mark.cuda
 Sample = namedtuple("Sample", "image meta")
 
 
@@ -31,6 +37,7 @@ def expected(i):
     return Nested()[i]
 
 
+@pytest.mark.cuda
 @pytest.mark.parametrize("pin", [True, False])
 @pytest.mark.slow
 def test_prefetcher_moves_nested_batches_intact(pin):
@@ -46,6 +53,7 @@ def test_prefetcher_moves_nested_batches_intact(pin):
     assert seen == 48
 
 
+@pytest.mark.cuda
 def test_prefetcher_records_the_compute_stream_on_every_moved_tensor(monkeypatch):
     recorded = []
     original = torch.Tensor.record_stream
@@ -62,20 +70,86 @@ def test_prefetcher_records_the_compute_stream_on_every_moved_tensor(monkeypatch
     assert all(torch.equal(o[0].cpu(), b[0]) for o, b in zip(out, batches))
 
 
-def test_prefetched_values_are_right_while_the_gpu_is_busy():
-    """A long kernel on the compute stream while the next copy runs on the side stream: the step must
-    still read the finished copy (wait_stream), and no buffer may be reused under it (record_stream)."""
-    data = [torch.full((1 << 20,), float(i)).pin_memory() for i in range(12)]
-    heavy = torch.randn(2048, 2048, device="cuda")
-    sums = []
-    for batch in CUDAPrefetcher(data, "cuda"):
-        for _ in range(5):
-            heavy = torch.tanh(heavy @ heavy / 2048)  # keeps the compute stream busy while the next copy runs
-        sums.append(batch.sum())
+def filled(count: int, mib: int) -> list[torch.Tensor]:
+    """``count`` pinned batches of ``mib`` MiB, batch i all ``i + 1``: every value differs, so a batch
+    read from memory that is not its own (not yet copied, or already overwritten by another batch's
+    copy, whichever block the caching allocator hands back) sums to something else."""
+    numel = mib * 2**20 // 4
+    return [torch.full((numel,), float(i + 1)).pin_memory() for i in range(count)]
+
+
+def exact_sums(batches) -> list[float]:
+    return [batch.sum(dtype=torch.float64) for batch in batches]
+
+
+@pytest.mark.cuda
+def test_the_step_waits_for_its_copy():
+    """Copies much longer than the step, the compute stream idle: without ``wait_stream`` the step's
+    kernel starts while its batch is still being copied and reads what the memory held before."""
+    data = filled(8, 64)  # 64 MiB copies take milliseconds; the sum starts microseconds after its copy is issued
+    sums = exact_sums(CUDAPrefetcher(data, "cuda"))  # nothing waits on the host until the end
     torch.cuda.synchronize()
-    assert [s.item() for s in sums] == [float(i) * (1 << 20) for i in range(12)]
+    assert [s.item() for s in sums] == [(i + 1) * 16 * 2**20 for i in range(8)]
 
 
+@pytest.mark.cuda
+def test_a_batch_is_not_overwritten_while_its_step_still_reads_it():
+    """Steps much longer than the copies: the host runs ahead, issuing later copies while earlier
+    steps still wait their turn on the compute stream. Without ``record_stream`` a batch freed on the
+    host gives its memory back to the side stream at once, and a later copy overwrites it before its
+    step has read it."""
+    sums = []
+    for batch in CUDAPrefetcher(filled(12, 4), "cuda"):
+        torch.cuda._sleep(50_000_000)  # tens of milliseconds on the compute stream: a long step
+        sums.append(batch.sum(dtype=torch.float64))
+    torch.cuda.synchronize()
+    assert [s.item() for s in sums] == [(i + 1) * 2**20 for i in range(12)]
+
+
+class Fetches:
+    """A loader that logs each ``next()``, for the prefetcher's order of events."""
+
+    def __init__(self, n: int, log: list):
+        self.items, self.log = list(range(n)), log
+
+    def __iter__(self):
+        for item in self.items:
+            self.log.append(("fetch", item))
+            yield torch.full((2,), float(item))
+
+
+def test_the_prefetcher_hands_out_the_first_batch_before_fetching_the_second_then_copies_ahead():
+    """Its order of events, on the CPU (the same generator drives the CUDA streams): the first batch
+    goes out after one fetch, so its start-up counts one batch as the other strategies do; after it,
+    each batch is ready (the step waits for it) before the next copy is issued, and that copy is
+    issued before the batch goes out (so it overlaps the step)."""
+    log: list = []
+
+    def issue(batch):
+        log.append(("issue", int(batch[0])))
+        return batch
+
+    def ready(copy: Copy):
+        log.append(("ready", int(copy.batch[0])))
+
+    out = []
+    for copy in pipelined(iter(Fetches(4, log)), issue, ready):
+        log.append(("out", int(copy.batch[0])))
+        out.append(copy.nbytes)
+    assert log == [("fetch", 0), ("issue", 0), ("ready", 0), ("out", 0),
+                   ("fetch", 1), ("issue", 1), ("ready", 1), ("fetch", 2), ("issue", 2), ("out", 1),
+                   ("ready", 2), ("fetch", 3), ("issue", 3), ("out", 2),
+                   ("ready", 3), ("out", 3)]
+    assert out == [8] * 4  # the bytes of each batch handed out
+    assert list(pipelined(iter([]), issue, ready)) == []
+
+
+def test_on_the_cpu_the_prefetcher_passes_batches_through():
+    batches = [torch.ones(2), torch.zeros(3)]
+    assert list(CUDAPrefetcher(batches, "cpu")) == batches
+
+
+@pytest.mark.cuda
 def test_doctor_measures_positive_copy_rates():
     report = doctor.collect(sizes=(1 << 20, 16 << 20))
     assert report.gpu_note is None and report.gpus
@@ -85,6 +159,7 @@ def test_doctor_measures_positive_copy_rates():
     assert bandwidth.pinned_peak(torch.device("cuda", 0), 16 << 20) > 0
 
 
+@pytest.mark.cuda
 def test_cuda_step_calibration_lands_near_the_asked_length():
     work = calibrate(5, "cuda")
     step = work.build(torch.device("cuda"))
@@ -99,6 +174,7 @@ def test_cuda_step_calibration_lands_near_the_asked_length():
     assert 5 / 3 <= statistics.median(took) <= 5 * 3
 
 
+@pytest.mark.cuda
 @pytest.mark.slow
 def test_scan_searches_transfer_strategies_on_the_gpu(tmp_path):
     result = loadtune.scan(SPECS / "tiny.py", workers=[0, 2], prefetch=[2], persistent=False, search="grid",
@@ -116,3 +192,80 @@ def test_scan_searches_transfer_strategies_on_the_gpu(tmp_path):
             assert trial.gpu.pinned_bytes
     loaded = loadtune.ScanResult.load(tmp_path / "r.json")
     assert all(c.h2d_gbps > 0 for c in loaded.configs)
+
+
+IN_THE_CLI = textwrap.dedent("""
+    import json, os, sys
+    import torch
+    from loadtune.cli import main
+
+    sys.argv = ["loadtune", "scan", *sys.argv[1:]]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    initialized = torch.cuda.is_initialized()
+    pid = os.fork()  # what a trial of an in-memory dataset is: a child forked from the scan's process
+    if pid == 0:
+        try:
+            torch.zeros(1, device="cuda")
+            torch.cuda.synchronize()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"code": code, "initialized": initialized, "forked_child_ok": os.waitstatus_to_exitcode(status) == 0}))
+""")
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_the_scans_own_process_never_initialises_cuda(tmp_path):
+    """A whole CUDA scan run by the CLI in this very process: afterwards CUDA is not initialised here,
+    and a child forked from it can still use the GPU (nothing in the scan's process poisoned fork)."""
+    args = [SPECS / "tiny.py", "--device", "cuda", "--workers", "0", "--prefetch", "2", "--no-persistent", "--warmup", "0.2",
+            "--block-time", "0.1", "--blocks", "3", "--confirm", "0", "--step-ms", "2", "--json", tmp_path / "r.json"]
+    done = subprocess.run([sys.executable, "-c", IN_THE_CLI, *map(str, args)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got == {"code": 0, "initialized": False, "forked_child_ok": True}, done.stdout[-3000:]
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_ranks_of_an_in_memory_dataset_each_measure_their_own_gpu(tmp_path):
+    """Two ranks of a dataset built in this process (spawned, never forked, on CUDA): each rank's figures
+    come from its own GPU, and each rank's copy is set beside its own GPU's pinned peak."""
+    data = TensorDataset(torch.randn(256, 3, 32, 32), torch.arange(256))
+    result = loadtune.scan(data, device="cuda", nproc_per_node=2, workers=[0, 1], prefetch=[2], persistent=False,
+                           batch_size=16, warmup=0.2, block_time=0.1, blocks=3, confirm=0, reference_rounds=0,
+                           json_path=tmp_path / "r.json")
+    assert result.settings.ranks["start_method"] == "spawn" and result.settings.ranks["backend"] == "gloo"
+    assert result.h2d_peaks_gbps and len(result.h2d_peaks_gbps) == 2 and all(p > 0 for p in result.h2d_peaks_gbps)
+    assert result.trials and all(t.ok for t in result.trials), [t.error for t in result.trials]
+    for trial in result.trials:
+        assert [r.local_rank for r in trial.ranks] == [0, 1]
+        assert all(r.gpu is not None and r.gpu.peak_allocated_bytes > 0 for r in trial.ranks)
+        assert trial.batch is not None and trial.gpu is not None  # the ranks' figures reached the trial
+
+
+def test_the_synthetic_step_is_calibrated_with_the_spec_loaded(monkeypatch):
+    """A spec that enables TF32 at import makes the same matmuls faster in every trial; the step must be
+    calibrated under it, or the trials would run a shorter step than asked."""
+    from loadtune.engine import probe
+    from loadtune.engine.spec import SpecRef
+    from loadtune.engine.trial import workload
+
+    seen = []
+    monkeypatch.setattr(workload, "calibrate", lambda ms, device: seen.append(torch.get_float32_matmul_precision())
+                        or workload.StepWorkload(ms, "cpu", 16, 1, ms))
+    before = torch.get_float32_matmul_precision()
+    try:
+        ref = SpecRef.parse(SPECS / "tf32.py")
+        with tempfile.TemporaryDirectory() as scratch:
+            probe.calibrate_step(torch.device("cpu"), 2.0, probe.spec_argument(ref, Path(scratch)))
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert seen == ["medium"]

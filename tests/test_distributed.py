@@ -1,5 +1,7 @@
 """Several ranks per node: ranks launched by torch.distributed's elastic agent with gloo on
-the CPU, each over its own shard; per-rank figures; a failing rank named; torchrun detected."""
+the CPU, each over its own shard; per-rank figures; a failing rank named; torchrun detected. Every
+scan here is pinned to the CPU, so the file passes the same on 0, 1 or several GPUs; what only a
+GPU node does (spawned ranks, each rank's own device and figures) is checked as far as the CPU can."""
 
 from __future__ import annotations
 
@@ -121,7 +123,8 @@ def test_scan_with_ranks_searches_per_rank_and_goes_on_after_a_failing_config(ra
     import loadtune
 
     out = tmp_path / "scan.json"
-    result = loadtune.scan(f"{ranked / 'ranked.py'}:failing_rank1_in_workers", json_path=out, nproc_per_node=2, workers=[0, 1], prefetch=[2],
+    result = loadtune.scan(f"{ranked / 'ranked.py'}:failing_rank1_in_workers", json_path=out, nproc_per_node=2, device="cpu",
+                           workers=[0, 1], prefetch=[2],
                            persistent=False, shuffle=False, batch_size=8, warmup=0.1, block_time=0.1, blocks=3,
                            timeout=40, confirm=0)
     assert result.settings.ranks["nproc_per_node"] == 2 and result.settings.ranks["backend"] == "gloo"
@@ -144,8 +147,8 @@ def test_default_worker_grid_shares_the_cores_between_ranks(ranked, monkeypatch)
 
     real = machine.collect
     monkeypatch.setattr(machine, "collect", lambda: replace(real(), usable_cores=8))
-    alone = prepare(str(ranked / "ranked.py"))
-    four = prepare(str(ranked / "ranked.py"), nproc_per_node=4)
+    alone = prepare(str(ranked / "ranked.py"), device="cpu")
+    four = prepare(str(ranked / "ranked.py"), nproc_per_node=4, device="cpu")
     assert max(alone.strategy.space.workers) == 16  # 2 x 8 cores
     assert max(four.strategy.space.workers) == 4  # 2 x (8 cores / 4 ranks)
     assert four.strategy.max_workers == alone.strategy.max_workers // 4
@@ -246,7 +249,7 @@ def test_torchrun_runs_the_scan_once_with_its_ranks_and_check_measures_its_basel
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
          "--log-dir", tmp_path / "torchrun",  # torchrun's own files: not left in /tmp
-         "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "loadtune", "scan", ranked / "ranked.py",
+         "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "loadtune", "scan", ranked / "ranked.py", "--device", "cpu",
          "--workers", "0", "--batch-size", "8", "--no-shuffle", "--warmup", "0.1", "--block-time", "0.1", "--blocks", "3",
          "--timeout", "40", "--confirm", "0", "--json", out],
         capture_output=True, text=True, env=env, timeout=240,
@@ -261,3 +264,147 @@ def test_torchrun_runs_the_scan_once_with_its_ranks_and_check_measures_its_basel
     assert check.returncode in (0, 1), check.stderr[-3000:]  # measured and judged (speed is not asserted here)
     measured = [t for t in json.loads(summary.read_text())["trials"] if t["ranks"]]
     assert measured and all(len(t["ranks"]) == 2 for t in measured)  # the baseline's 2 ranks, not one loader
+
+
+# ---- ranks on a GPU node: what the CPU can check -------------------------------------------------
+
+
+def test_ranks_on_cuda_are_never_forked_and_barriers_run_on_gloo():
+    """The agent builds torch's LaunchConfig, which calls torch.cuda.is_available() (CUDA then fails in
+    any child forked from the agent): on CUDA ranks are spawned, whether the spec came from a file or
+    from objects in memory. The barriers are the only collective: one gloo group."""
+    for device in ("cuda", "cuda:0"):
+        setup = distributed.setup_for(2, 1, 0, device, 1.0)
+        assert (setup.start_method, setup.backend) == ("spawn", "gloo")
+    assert distributed.setup_for(2, 1, 0, "cpu", 1.0).start_method == "fork"
+    assert distributed.setup_for(1, 1, 0, "cuda", 1.0) is None
+
+
+def test_a_cuda_request_with_forked_ranks_is_refused_by_the_agent():
+    from loadtune.engine.distributed.agent import run_ranks
+    from loadtune.engine.trial.protocol import TrialRun
+
+    request = with_ranks(replace_device(quick_request(TrialConfig(8, 0)), "cuda:0"), RankSetup(2, start_method="fork"))
+    with pytest.raises(ValueError, match="must not be forked"):
+        run_ranks(TrialRun(None, None, request, None, Path(".")))
+
+
+def replace_device(request: TrialRequest, device: str) -> TrialRequest:
+    from dataclasses import replace
+
+    return replace(request, device=device)
+
+
+class Sent(list):
+    """The runner's end of the agent's pipe: what the relay passes on."""
+
+    def send(self, message):
+        self.append(message)
+
+
+def test_the_relay_passes_every_figure_of_a_rank_on_and_the_trial_keeps_each_ranks_gpu():
+    from loadtune.engine.distributed.agent import Relay
+    from loadtune.engine.trial.protocol import Kind, Message, apply
+    from loadtune.model.batch import BatchInfo
+    from loadtune.model.results import GPUUsage
+
+    sent = Sent()
+    relay = Relay([None, None], sent, RankSetup(2, nnodes=2, node_rank=1))
+    small, big = GPUUsage(2**20, 2**21), GPUUsage(2**22, 2**23)
+    for local, usage in ((0, small), (1, big)):
+        for kind, payload in ((Kind.DEVICE, {"uuid": f"u{local}", "pci_bus_id": None, "index": local}),
+                              (Kind.STARTUP, 0.5), (Kind.BATCH, BatchInfo(64, [])), (Kind.BLOCK, Block(8, 1, 0.1)),
+                              (Kind.CPU, 0.25), (Kind.GPU_MEMORY, usage), (Kind.MEMORY, 123), (Kind.BARRIER, "start")):
+            relay.handle(local, Message(kind, payload))
+    kinds = [(m.rank, m.kind) for m in sent]
+    for rank in (2, 3):  # node 1's ranks: global ranks 2 and 3
+        for kind in (Kind.DEVICE, Kind.STARTUP, Kind.BATCH, Kind.BLOCK, Kind.CPU, Kind.GPU_MEMORY, Kind.MEMORY):
+            assert (rank, kind) in kinds
+    assert not any(m.kind is Kind.BARRIER for m in sent)  # the agent's own business
+    trial = Trial(config=TrialConfig(8, 0), status="failed")
+    for message in sent:
+        apply(trial, message)
+    assert [(r.rank, r.local_rank, r.gpu) for r in trial.ranks] == [(2, 0, small), (3, 1, big)]
+    assert trial.gpu is big and trial.cpu_s == 0.5 and trial.batch == BatchInfo(64, [])
+    assert [r.gpu for r in Trial.from_dict(trial.to_dict()).ranks] == [small, big]  # kept in the results file
+
+
+def test_the_parent_samples_each_ranks_own_gpu(monkeypatch):
+    """Each rank's DEVICE message starts a sampler of that rank's GPU (found by its UUID); its samples
+    land in the rank's figures, and the fullest rank's are the trial's too."""
+    import os
+    import types
+
+    from loadtune.engine.trial import nvml
+    from loadtune.engine.trial.harness import Watch
+    from loadtune.engine.trial.memory import MemorySampler
+    from loadtune.engine.trial.protocol import Kind, Message, apply
+    from loadtune.model.results import GPUUsage
+
+    fake = types.ModuleType("pynvml")
+    fake.nvmlInit = fake.nvmlShutdown = lambda: None
+    fake.nvmlDeviceGetHandleByUUID = lambda name: {"GPU-u0": "h0", "GPU-u1": "h1"}[name]
+    fake.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu={"h0": 30, "h1": 90}[h])
+    nvml.reset()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    try:
+        watch, trial = Watch(MemorySampler(os.getpid())), Trial(config=TrialConfig(8, 0), status="failed")
+        for rank in (0, 1):
+            watch.see(Message(Kind.DEVICE, {"uuid": f"u{rank}", "pci_bus_id": None, "index": rank}, rank, rank), None)
+            apply(trial, Message(Kind.GPU_MEMORY, GPUUsage(2**20 * (rank + 1), 2**21 * (rank + 1)), rank, rank))
+        watch.set_timed(True)
+        watch.tick()
+        watch.record(trial)
+    finally:
+        nvml.reset()
+    assert [[u for _, u in r.gpu.utilisation] for r in trial.ranks] == [[30], [90]]
+    assert [u for _, u in trial.gpu.utilisation] == [90]  # the trial's GPU is the fullest rank's
+
+
+def test_each_ranks_copy_is_set_beside_its_own_gpus_peak():
+    from loadtune.analysis.copyrate import copy_notes, device_peak
+    from loadtune.model.results import ConfigResult
+
+    def ranked_trial(slow_local_rank: int) -> Trial:
+        trial = Trial(config=TrialConfig(8, 1, prefetch_factor=2), status="ok")
+        for local in (0, 1):
+            rate = 50 if local == slow_local_rank else 100
+            trial.ranks.append(RankFigures(local, local, 0.1, None, [Block(rate, 1, 1.0, 0, None, 4 * 10**9)] * 3))
+        trial.settle_ranks()
+        return trial
+
+    result = rank_result([ranked_trial(1)], peaks=[20.0, 8.0])
+    config = ConfigResult(result.trials[0].config, result.trials)
+    assert device_peak(result, config) == 8.0  # rank 1 is the slowest: its GPU, not cuda:0
+    assert "50% of the slowest rank's own GPU's pinned host-to-device peak (8.0 GB/s" in copy_notes(result)[0]
+    other = rank_result([ranked_trial(0)], peaks=[20.0, 8.0])
+    assert device_peak(other, ConfigResult(other.trials[0].config, other.trials)) == 20.0
+    assert device_peak(rank_result([ranked_trial(1)], peaks=None), config) == 20.0  # no per-rank peaks: the scan's device
+
+
+def rank_result(trials: list[Trial], peaks: list[float] | None) -> ScanResult:
+    from conftest import machine_info
+
+    from loadtune.model.results import SpecInfo
+    from loadtune.model.settings import ScanSettings
+
+    result = ScanResult(spec=SpecInfo(None, None, None, "D", 64, False, False, False), machine=machine_info(),
+                        settings=ScanSettings(device="cuda:0"), trials=trials, h2d_peak_gbps=20.0, h2d_peaks_gbps=peaks)
+    result.recommendation = recommend(trials)
+    return result
+
+
+@pytest.mark.slow
+def test_spawned_ranks_get_an_in_memory_dataset_pickled():
+    """What a GPU node does with a dataset built in the caller's process: the ranks are spawned (fresh
+    interpreters), so the objects reach them pickled. Here on the CPU, the same launch."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from loadtune.engine.spec import from_objects
+
+    spec = from_objects(TensorDataset(torch.arange(64.0).unsqueeze(1), torch.arange(64)))
+    request = with_ranks(quick_request(TrialConfig(batch_size=8, num_workers=0)), RankSetup(2, window_s=0.3, start_method="spawn"))
+    trial = run_trial(spec, request)
+    assert trial.status == "ok", trial.error
+    assert [r.rank for r in trial.ranks] == [0, 1] and all(r.blocks for r in trial.ranks)

@@ -185,3 +185,174 @@ def test_machine_info_dict_round_trip():
     again = MachineInfo.from_dict(info.to_dict())
     assert again == info
     assert again.has_accelerator
+
+
+# ---------------------------------------------------------------- the scan's process never touches CUDA
+
+CUDA_CALLS = ("is_available", "device_count", "get_device_properties", "get_device_name", "get_device_capability",
+              "init", "_lazy_init", "set_device", "current_device", "synchronize", "mem_get_info")
+
+
+@pytest.fixture
+def cuda_forbidden(monkeypatch):
+    """Every torch.cuda function that asks the driver raises in this process (children are fresh
+    interpreters, or forked without using them): the parent's code must not call any of them."""
+    def forbidden(name):
+        def call(*args, **kwargs):
+            raise AssertionError(f"the scan's own process called torch.cuda.{name}")
+        return call
+
+    for name in CUDA_CALLS:
+        monkeypatch.setattr(torch.cuda, name, forbidden(name))
+    cached = machine.gpus_in_child
+    cached.cache_clear()
+    yield
+    cached.cache_clear()  # what a test read under its own environment is not this machine's
+
+
+@pytest.mark.slow
+def test_the_scans_process_reads_gpus_and_plans_a_cuda_scan_without_calling_cuda(cuda_forbidden, monkeypatch, tmp_path):
+    import loadtune
+    from conftest import SPECS
+
+    from loadtune.engine.scan import prepare
+
+    # a CUDA build on a machine with a driver: the GPUs come from a child (here a CPU build's: none)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(machine, "driver_present", lambda: True)
+    real = machine.collect()
+    assert isinstance(real.gpus, list)
+    # a tiny scan through the Python API: its trials and probes are other processes
+    result = loadtune.scan(str(SPECS / "tiny.py"), device="cpu", workers=[0], persistent=False, batch_size=16,
+                           warmup=0.1, block_time=0.1, blocks=3, confirm=0, diagnose=False, reference_rounds=0,
+                           json_path=tmp_path / "r.json")
+    assert result.state == "complete" and result.trials and all(t.ok for t in result.trials)
+    # planning a scan of two ranks on two (reported) GPUs: device picked, ranks laid out, devices probed in a child
+    two = ({"index": 0, "name": "GPU", "memory_bytes": 2**34}, {"index": 1, "name": "GPU", "memory_bytes": 2**34})
+    monkeypatch.setattr(machine, "gpus_in_child", lambda visible, order: two)
+    plan = prepare(str(SPECS / "tiny.py"), device="cuda", nproc_per_node=2)
+    assert plan.device == "cuda:0" and [g.index for g in plan.machine.gpus] == [0, 1]
+    assert plan.result.settings.ranks["start_method"] == "spawn" and plan.result.settings.ranks["backend"] == "gloo"
+    if plan.result.h2d_peaks_gbps is None:  # not two real devices to probe here: said so
+        assert any("measuring cuda:0 before the scan failed" in n for n in plan.result.notes)
+
+
+def test_without_a_cuda_build_or_a_driver_no_child_is_started(cuda_forbidden, monkeypatch):
+    started = []
+    monkeypatch.setattr(machine, "gpus_in_child", lambda visible, order: started.append(1) or ())
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert machine.cuda_gpus() == [] and not started
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(machine, "driver_present", lambda: False)
+    assert machine.cuda_gpus() == [] and not started
+    monkeypatch.setattr(machine, "driver_present", lambda: True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert machine.cuda_gpus() == [] and started == [1]
+
+
+# ---------------------------------------------------------------- finding a trial's GPU in NVML
+
+
+class NVMLError(Exception):
+    pass
+
+
+def fake_nvml(known: dict, mig: set = frozenset(), by_pci: dict | None = None):
+    """A pynvml that knows devices by NVML's names: ``known`` UUID -> handle (utilisation = handle's
+    number), ``by_pci`` bus id -> handle; handles in ``mig`` are MIG instances. By index it knows a
+    device nobody asked for, so a lookup by CUDA's index would find the wrong GPU."""
+    import types
+
+    mod = types.ModuleType("pynvml")
+    mod.calls = []
+
+    def lookup(table):
+        def call(key):
+            mod.calls.append(key)
+            if key not in table:
+                raise NVMLError("Not Found")
+            return table[key]
+        return call
+
+    mod.nvmlInit = lambda: mod.calls.append("init")
+    mod.nvmlShutdown = lambda: mod.calls.append("shutdown")
+    mod.nvmlDeviceGetHandleByUUID = lookup(known)
+    mod.nvmlDeviceGetHandleByPciBusId_v2 = lookup(by_pci or {})
+    mod.nvmlDeviceGetHandleByIndex = lambda i: "the-wrong-gpu"
+    mod.nvmlDeviceIsMigDeviceHandle = lambda h: int(h in mig)
+
+    def rates(h):
+        if h in mig:
+            raise NVMLError("Not Supported")
+        return types.SimpleNamespace(gpu=int(h.removeprefix("h")), memory=0)
+
+    mod.nvmlDeviceGetUtilizationRates = rates
+    return mod
+
+
+@pytest.fixture
+def nvml_module(monkeypatch):
+    import sys
+
+    from loadtune.engine.trial import nvml
+
+    def use(mod):
+        nvml.reset()
+        monkeypatch.setitem(sys.modules, "pynvml", mod)
+        return mod
+
+    yield use
+    nvml.reset()
+
+
+UUID = "5c3f2d8e-0a1b-4c2d-9e8f-0123456789ab"  # as CUDA reports it: no prefix
+
+
+def test_a_whole_gpu_is_found_by_its_gpu_uuid_and_sampled(nvml_module):
+    from loadtune.engine.trial import nvml
+
+    nvml_module(fake_nvml({f"GPU-{UUID}": "h42"}))
+    sampler = nvml.UtilisationSampler.for_device(UUID, 3)
+    sampler.timed = True
+    sampler.maybe_sample()
+    assert [u for _, u in sampler.samples] == [42]
+    assert nvml.utilisation_notes([{"uuid": UUID, "pci_bus_id": None, "index": 3}]) == []
+
+
+def test_a_mig_instance_is_found_by_its_mig_uuid_and_said_to_have_no_utilisation(nvml_module):
+    from loadtune.engine.trial import nvml
+
+    mod = nvml_module(fake_nvml({f"MIG-{UUID}": "h7"}, mig={"h7"}))
+    assert nvml.handle_for(UUID) == "h7" and f"MIG-{UUID}" in mod.calls
+    assert nvml.UtilisationSampler.for_device(UUID, 0) is None
+    notes = nvml.utilisation_notes([{"uuid": UUID, "pci_bus_id": None, "index": 0}])
+    assert notes == ["GPU utilisation is not sampled on cuda:0: the device is a MIG instance, for which NVML reports no utilisation"]
+
+
+def test_a_device_nvml_knows_by_no_uuid_is_found_by_pci_bus_and_never_by_cudas_index(nvml_module):
+    from loadtune.engine.trial import nvml
+
+    nvml_module(fake_nvml({}, by_pci={"00000000:3B:00.0": "h9"}))
+    assert nvml.handle_for(UUID, "00000000:3B:00.0") == "h9"
+    assert nvml.handle_for(UUID, None) is None  # not "the-wrong-gpu": CUDA's index is not NVML's
+    assert nvml.UtilisationSampler.for_device(UUID, 0) is None
+    assert "NVML knows no device" in nvml.utilisation_notes([{"uuid": UUID, "pci_bus_id": None, "index": 0}])[0]
+
+
+def test_nvml_is_shut_down_as_often_as_it_was_initialised(nvml_module):
+    from loadtune.engine.trial import nvml
+
+    mod = nvml_module(fake_nvml({}))
+    assert nvml.nvml() is mod and nvml.nvml() is mod  # initialised once
+    nvml.shutdown()
+    assert mod.calls == ["init", "shutdown"]
+    assert nvml.nvml() is mod and mod.calls[-1] == "init"  # a later query initialises it again
+
+
+def test_a_pci_bus_id_is_written_as_nvml_reads_it():
+    import types
+
+    from loadtune.engine.trial.gpu import pci_bus_id
+
+    assert pci_bus_id(types.SimpleNamespace(pci_domain_id=0, pci_bus_id=0x3B, pci_device_id=0)) == "00000000:3B:00.0"
+    assert pci_bus_id(types.SimpleNamespace(name="an older torch")) is None

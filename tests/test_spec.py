@@ -393,3 +393,208 @@ def test_syntax_error_in_imported_helper_names_the_helper(write_spec, tmp_path):
         load_spec(path)
     msg = str(info.value)
     assert f"{helper}.py" in msg and "2" in msg.split(f"{helper}.py", 1)[1]
+
+
+# ---------------------------------------------------------------- options' name, per-factory hooks
+
+
+def test_loadtune_options_and_the_old_name(write_spec):
+    new = load_spec(write_spec(SQUARES + "\nimport loadtune\n\ndataset = Squares(4)\nloadtune_options = {'batch_size': 8}\n"))
+    assert new.defaults == {"batch_size": 8} and new.notes == []  # `import loadtune` is not taken for options
+    old = load_spec(write_spec(SQUARES + "\ndataset = Squares(4)\nloadtune = {'batch_size': 8}\n"))
+    assert old.defaults == {"batch_size": 8} and "deprecated" in old.notes[0] and "loadtune_options" in old.notes[0]
+    with pytest.raises(SpecError, match="both loadtune_options and loadtune"):
+        load_spec(write_spec(SQUARES + "\ndataset = Squares(4)\nloadtune = {}\nloadtune_options = {}\n"))
+    with pytest.raises(SpecError, match="'loadtune_options' must be a dict"):
+        load_spec(write_spec(SQUARES + "\ndataset = Squares(4)\nloadtune_options = 3\n"))
+
+
+def test_a_factory_finds_its_own_hooks_by_name(write_spec):
+    path = write_spec(SQUARES + """
+from torch.utils.data import SequentialSampler
+
+def dataset():
+    return Squares(8)
+
+def collate_fn(items):
+    return torch.cat(items)
+
+def loader_kwargs():
+    return {"sampler": SequentialSampler(range(8))}
+
+loadtune_options = {"batch_size": 4, "workers": [0]}
+
+def make_val():
+    return Squares(3)
+
+def make_val_collate_fn(items):
+    return torch.stack(items)
+
+make_val_loader_kwargs = None  # none for this factory, whatever the module defines
+make_val_options = {"batch_size": 2}
+""")
+    train = load_spec(path)
+    assert train.collate_fn is sys.modules[train.module_name].collate_fn
+    assert train.loader_args == ("sampler",) and train.own_order
+    val = load_spec(f"{path}:make_val")  # the file read again: a module of its own
+    assert val.collate_fn is sys.modules[val.module_name].make_val_collate_fn
+    assert val.loader_kwargs is None and not val.own_order
+    assert val.defaults == {"batch_size": 2, "workers": [0]}  # its own options over the module's
+
+
+# ---------------------------------------------------------------- the whole loader: loader_kwargs
+
+
+BUCKETS = SQUARES + """
+import torch.utils.data as tud
+
+class Pairs(tud.Sampler):
+    batch_size = 2
+    def __iter__(self):
+        return iter([[0, 1], [2, 3], [4]])
+    def __len__(self):
+        return 3
+
+def dataset():
+    return Squares(5)
+"""
+
+
+def test_loader_kwargs_with_a_batch_sampler(write_spec):
+    spec = load_spec(write_spec(BUCKETS + "\ndef loader_kwargs():\n    return {'batch_sampler': Pairs(), 'timeout': 5}\n"))
+    assert spec.loader_args == ("batch_sampler", "timeout") and spec.own_order
+    assert not spec.batch_knob and spec.batch_size == 2  # the sampler batches: its size is read, not searched
+    loader = spec.build_loader({"batch_size": 64, "num_workers": 0, "pin_memory": False})
+    assert [b.shape[0] for b in loader] == [2, 2, 1]
+    assert loader.timeout == 0  # PyTorch refuses a timeout without workers: it applies from num_workers=1
+    assert spec.build_loader({"batch_size": 64, "num_workers": 1, "pin_memory": False}).timeout == 5
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ("{'num_workers': 4}", "loader_kwargs sets num_workers, which loadtune searches"),
+    ("{'shuffle': True}", "a scan option"),
+    ("{'no_such_arg': 1}", "which DataLoader does not accept"),
+    ("{'sampler': Pairs(), 'batch_sampler': Pairs()}", "both a sampler and a batch_sampler"),
+    ("{'collate_fn': collate_fn}", "collate_fn is given twice"),
+    ("[1, 2]", "must give a dict"),
+])
+def test_loader_kwargs_mistakes(write_spec, kwargs, message):
+    source = BUCKETS + f"\ndef collate_fn(items):\n    return items\n\ndef loader_kwargs():\n    return {kwargs}\n"
+    with pytest.raises(SpecError, match=message):
+        load_spec(write_spec(source))
+
+
+# ---------------------------------------------------------------- the whole loader: a factory, a DataLoader, a DataModule
+
+
+FACTORY = SQUARES + """
+from torch.utils.data import DataLoader, SequentialSampler
+
+def seed_worker(worker_id):
+    pass
+
+def loader(batch_size=16, **knobs):
+    return DataLoader(Squares(40), batch_size=batch_size, sampler=SequentialSampler(range(40)), worker_init_fn=seed_worker, **knobs)
+"""
+
+
+def test_loader_factory_is_read_when_there_is_no_dataset(write_spec):
+    spec = load_spec(write_spec(FACTORY))
+    assert spec.form == "factory" and spec.name == "loader" and spec.length == 40 and spec.own_order
+    assert spec.batch_knob and spec.batch_size == 16  # it names batch_size: searched, from its default
+    built = spec.build_loader({"batch_size": 8, "num_workers": 2, "pin_memory": False, "prefetch_factor": 3,
+                               "persistent_workers": True})
+    assert (built.batch_size, built.num_workers, built.prefetch_factor, built.persistent_workers) == (8, 2, 3, True)
+
+
+def test_a_factory_that_ignores_its_knobs_is_refused(write_spec):
+    from loadtune.engine.spec import check_knobs
+
+    spec = load_spec(write_spec(SQUARES + """
+from torch.utils.data import DataLoader
+
+def loader(**knobs):
+    return DataLoader(Squares(8), batch_size=4, num_workers=0)
+"""))
+    assert check_knobs(spec, [{"batch_size": 4, "num_workers": 0, "pin_memory": False}]) == []  # nothing to tell at w0
+    with pytest.raises(SpecError, match=r"loader\(\) ignores the knobs.*num_workers=2 \(the loader has 0\)"):
+        check_knobs(spec, [{"batch_size": 4, "num_workers": 2, "pin_memory": False, "prefetch_factor": 2,
+                            "persistent_workers": False}])
+
+
+def test_a_factory_must_return_something_iterable(write_spec):
+    with pytest.raises(SpecError, match=r"loader\(\*\*knobs\) returned int, which cannot be iterated"):
+        load_spec(write_spec("def loader(**knobs):\n    return 3\n"))
+    with pytest.raises(SpecError, match=r"loader\(\*\*knobs\) raised KeyError"):
+        load_spec(write_spec("def loader(**knobs):\n    return {}['nope']\n"))
+
+
+def test_a_dataloader_is_rebuilt_with_the_knobs_keeping_the_rest(write_spec):
+    path = write_spec(SQUARES + """
+from torch.utils.data import DataLoader, SubsetRandomSampler
+
+def keep(items):
+    return torch.cat(items)
+
+def seed_worker(worker_id):
+    pass
+
+train_loader = DataLoader(Squares(10), batch_size=4, sampler=SubsetRandomSampler([1, 3, 5]), collate_fn=keep,
+                          worker_init_fn=seed_worker, num_workers=3, persistent_workers=True, drop_last=False)
+""")
+    spec = load_spec(f"{path}:train_loader")
+    module = sys.modules[spec.module_name]
+    assert spec.form == "dataloader" and spec.batch_size == 4
+    assert spec.current == {"num_workers": 3, "pin_memory": False, "prefetch_factor": 2, "persistent_workers": True,
+                            "batch_size": 4}  # the settings it was made with: the user's current ones
+    built = spec.build_loader({"batch_size": 2, "num_workers": 0, "pin_memory": False})
+    assert built.num_workers == 0 and built.batch_size == 2 and built.sampler is module.train_loader.sampler
+    assert built.collate_fn is module.keep and built.worker_init_fn is module.seed_worker
+    assert sorted(torch.cat(list(built)).tolist()) == [1.0, 9.0, 25.0]  # its own sampler's subset, its own collate
+
+
+DATAMODULE = SQUARES + """
+from torch.utils.data import DataLoader
+
+CALLS = []
+
+class Module:  # shaped like a LightningDataModule (the real one is tested in test_loader_forms.py)
+    def prepare_data(self):
+        CALLS.append("prepare_data")
+    def setup(self, stage):
+        CALLS.append(stage)
+        self.train = Squares(12)
+    def train_dataloader(self):
+        return DATALOADER(self.train, batch_size=3, shuffle=True)
+
+DATALOADER = DataLoader
+"""
+
+
+def test_a_datamodule_is_set_up_and_its_train_loader_rebuilt(write_spec):
+    path = write_spec(DATAMODULE)
+    spec = load_spec(f"{path}:Module")
+    module = sys.modules[spec.module_name]
+    assert spec.form == "datamodule" and spec.owner == "Module" and module.CALLS == ["prepare_data", "fit"]
+    assert spec.current == {"num_workers": 0, "pin_memory": False, "batch_size": 3} and spec.batch_knob
+    load_spec(f"{path}:Module", prepare_data=False)  # as a trial process loads it: no second download
+    assert sys.modules[spec.module_name].CALLS == ["fit"]
+    built = spec.build_loader({"batch_size": 5, "num_workers": 0, "pin_memory": False})
+    assert [len(b) for b in built] == [5, 5, 2]
+
+
+@pytest.mark.parametrize("change, message", [
+    ("self.train = open('/nonexistent/x').read()", r':\d+: Module.setup\("fit"\) raised FileNotFoundError'),
+    ("DATALOADER = lambda *a, **k: [1, 2]", r"Module.train_dataloader\(\) returned list, not a DataLoader"),
+])
+def test_datamodule_mistakes(write_spec, change, message):
+    source = DATAMODULE.replace("self.train = Squares(12)", change) if "self.train" in change else DATAMODULE + change + "\n"
+    with pytest.raises(SpecError, match=message):
+        load_spec(f"{write_spec(source)}:Module")
+
+
+def test_dataset_with_keyword_arguments_stays_a_dataset_factory(write_spec):
+    path = write_spec(SQUARES + "\ndef dataset(**kwargs):\n    return Squares(**kwargs)\n\ndef make_val(**kwargs):\n    return Squares(3)\n")
+    assert load_spec(path).form == "dataset"
+    with pytest.raises(SpecError, match=r"make_val\(\*\*knobs\) returned a Squares, a dataset: .* read as a loader factory"):
+        load_spec(f"{path}:make_val")

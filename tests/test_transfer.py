@@ -1,10 +1,13 @@
 """How batches reach the device: strategies searched, nested batches moved, the prefetcher on a CPU."""
 
-from collections import OrderedDict, namedtuple
+from collections import OrderedDict, UserDict, deque, namedtuple
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.nn.utils.rnn import PackedSequence, pack_sequence
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import loadtune
 from loadtune.model.config import PlanError, TrialConfig, transfers_for
@@ -14,7 +17,9 @@ from loadtune.analysis.recommend import cost, snippet
 from loadtune.search.adaptive import AdaptiveSearch
 from loadtune.model.batch import BatchInfo
 from loadtune.engine.trial.transfer import batch_info
-from loadtune.engine.trial.transfer import move_to, nbytes_of, tensors_of
+from loadtune.engine.trial.transfer import batch_size_of, move_to, nbytes_of, tensors_of, unmoved_note
+from loadtune.engine.trial.measure import Consumer, LoaderOptions, Timing, measure
+from loadtune.engine.spec import from_objects
 from conftest import drive
 
 Pair = namedtuple("Pair", "image label")
@@ -120,6 +125,142 @@ def test_bytes_and_shapes_of_a_batch():
     assert info.nbytes == nbytes_of(batch)
     assert info.tensors[0] == ("float32", [2, 3])
     assert BatchInfo.from_dict({"nbytes": info.nbytes, "tensors": [list(t) for t in info.tensors]}) == info
+
+
+# --- every structure DataLoader's pin_memory handles, plus dataclasses and objects with .to() ------------
+
+
+class Encoding(UserDict):
+    """Like Hugging Face's BatchEncoding: a mapping (not a dict) with state of its own and a .to() that
+    moves its tensors in place and returns itself."""
+
+    def __init__(self, data=None, encodings=None):
+        super().__init__(data)
+        self.encodings = encodings
+        self.to_calls = []
+
+    def to(self, device, *, non_blocking=False):
+        self.to_calls.append(non_blocking)
+        self.data = {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v for k, v in self.data.items()}
+        return self
+
+
+class Frozen(Mapping):
+    """An immutable mapping: rebuilt through its constructor."""
+
+    def __init__(self, data):
+        self._data = dict(data)
+
+    def __getitem__(self, key):
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self):
+        return len(self._data)
+
+
+@dataclass(frozen=True)
+class Sample:
+    image: torch.Tensor
+    label: torch.Tensor
+    path: str = "a.png"
+
+
+class CustomBatch:
+    """DataLoader's documented custom batch: pin_memory() of its own, no .to()."""
+
+    def __init__(self, n):
+        self.inp = torch.zeros(n, 3)
+        self.tgt = torch.ones(n, dtype=torch.int64)
+
+    def pin_memory(self):
+        self.inp, self.tgt = self.inp.pin_memory(), self.tgt.pin_memory()
+        return self
+
+
+class OldTo:
+    """A .to(device) without the non_blocking keyword (older libraries), returning a new object."""
+
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+    def to(self, device):
+        return OldTo(self.x.to(device))
+
+
+def test_mappings_that_are_not_dicts_are_moved_and_counted():
+    enc = Encoding({"input_ids": torch.zeros(2, 5, dtype=torch.int64), "mask": torch.ones(2, 5, dtype=torch.int8)}, "fast")
+    assert nbytes_of(enc) == 2 * 5 * 8 + 2 * 5 and batch_size_of(enc) == 2
+    moved = move_to(enc, torch.device("meta"), non_blocking=True)
+    assert type(moved) is Encoding and moved.encodings == "fast" and enc.to_calls == [True]  # its own .to, the flag passed
+    assert {t.device.type for t in tensors_of(moved)} == {"meta"}
+    frozen = Frozen({"x": torch.zeros(4), "name": "n"})
+    out = move_to(frozen, torch.device("meta"))
+    assert type(out) is Frozen and out["x"].device.type == "meta" and out["name"] == "n" and nbytes_of(frozen) == 16
+
+
+def test_dataclasses_custom_batches_and_own_to_are_moved_and_counted():
+    sample = Sample(torch.zeros(2, 3), torch.tensor([1, 2]))
+    moved = move_to(sample, torch.device("meta"))
+    assert type(moved) is Sample and moved.image.device.type == "meta" and moved.path == "a.png"
+    assert sample.image.device.type == "cpu" and nbytes_of(sample) == 24 + 16 and batch_size_of(sample) == 2
+    custom = CustomBatch(4)
+    out = move_to([custom], torch.device("meta"))[0]
+    assert type(out) is CustomBatch and out.inp.device.type == out.tgt.device.type == "meta" and custom.inp.device.type == "cpu"
+    assert nbytes_of(custom) == 4 * 3 * 4 + 4 * 8
+    old = OldTo(torch.zeros(3))  # no non_blocking keyword, tensors in __slots__
+    assert move_to(old, torch.device("meta"), non_blocking=True).x.device.type == "meta" and nbytes_of(old) == 12
+    packed = pack_sequence([torch.ones(3), torch.ones(2)])  # a namedtuple with its own .to(): batch_sizes stay on the host
+    out = move_to(packed, torch.device("meta"), non_blocking=True)
+    assert type(out) is PackedSequence and out.data.device.type == "meta" and out.batch_sizes.device.type == "cpu"
+
+
+def test_sequences_keep_their_type_and_leaves_stay():
+    deq = deque([torch.zeros(2), "s"])
+    out = move_to(deq, torch.device("meta"))
+    assert type(out) is deque and out[0].device.type == "meta" and out[1] == "s"
+    assert move_to(range(3), torch.device("meta")) == [0, 1, 2]  # not rebuildable: a list, as pin_memory gives
+    looped = CustomBatch(1)
+    looped.me = looped  # refers back to itself: looked into once
+    assert len(list(tensors_of(looped))) == 2
+    assert batch_size_of([["a", "b", "c"], ["d", "e", "f"]]) == 3  # default_collate's transposed strings
+
+
+def test_a_batch_with_nothing_to_move_gets_a_note():
+    assert unmoved_note(nested_batch()) is None and unmoved_note(Sample(torch.zeros(1), torch.zeros(1))) is None
+    note = unmoved_note(["a", "b"])
+    assert "hold no tensor" in note and "list" in note and "cannot differ" in note
+    assert "own .to()" in unmoved_note(Opaque())
+
+
+class Opaque:
+    def to(self, device, non_blocking=False):
+        return self
+
+
+class Strings(Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        return f"s{i}"
+
+
+def test_a_trial_of_batches_with_nothing_to_move_says_so_and_counts_bytes():
+    events = []
+    measure(from_objects(Strings()), TrialConfig(4, 0, transfer="sync"), torch.device("cpu"),
+            Timing(warmup_s=0.01, block_s=0.01, blocks=2), LoaderOptions(), lambda k, p: events.append((k, p)))
+    warnings = [p for k, p in events if k == "warning"]
+    assert len(warnings) == 1 and "hold no tensor" in warnings[0]
+    assert all(p.h2d_bytes == 0 for k, p in events if k == "block")
+    consumer = Consumer(None, "sync", torch.device("cpu"))  # what a trial counts per batch, now for a BatchEncoding too
+    consumer.begin_block()
+    consumer(Encoding({"ids": torch.zeros(4, 8, dtype=torch.int64)}))
+    assert consumer.end_block(0.0) == (None, 4 * 8 * 8)
 
 
 # --- the prefetcher on a CPU: a pass-through ------------------------------------------------------------

@@ -45,4 +45,4 @@ def dataset() -> CpuBoundDataset:
     return CpuBoundDataset()
 
 
-loadtune = {"batch_size": 32}
+loadtune_options = {"batch_size": 32}

@@ -49,4 +49,4 @@ def dataset() -> HeavyTailDataset:
     return HeavyTailDataset()
 
 
-loadtune = {"batch_size": 32}
+loadtune_options = {"batch_size": 32}

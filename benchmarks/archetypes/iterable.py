@@ -43,4 +43,4 @@ def dataset() -> ShardedStream:
     return ShardedStream()
 
 
-loadtune = {"batch_size": 32}
+loadtune_options = {"batch_size": 32}

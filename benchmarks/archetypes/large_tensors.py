@@ -45,4 +45,4 @@ def step(batch) -> None:
     images.sum()
 
 
-loadtune = {"batch_size": 32}
+loadtune_options = {"batch_size": 32}

@@ -47,4 +47,4 @@ def object_store() -> StorageLatencyDataset:
     return StorageLatencyDataset(latency_s=0.020, jitter_s=0.005)
 
 
-loadtune = {"batch_size": 32}
+loadtune_options = {"batch_size": 32}

@@ -60,4 +60,4 @@ def dataset() -> TinyDataset:
     return TinyDataset()
 
 
-loadtune = {"batch_size": 16}
+loadtune_options = {"batch_size": 16}

@@ -44,19 +44,32 @@ def image_tensor(batch: BatchInfo | None) -> tuple[str, list[int]] | None:
     return None
 
 
+def device_peak(result: ScanResult, config: ConfigResult) -> float | None:
+    """The pinned peak of the GPU the config's timed blocks were copied to. With several ranks those
+    are the slowest rank's blocks, copied to that rank's own GPU (``cuda:LOCAL_RANK``): its peak, the
+    lowest of them when runs had different slowest ranks. Else the scan's device."""
+    peaks = result.h2d_peaks_gbps
+    if not peaks:
+        return result.h2d_peak_gbps
+    slowest = {t.slowest_rank.local_rank for t in config.trials if t.ok and t.slowest_rank is not None}
+    own = [peaks[i] for i in slowest if 0 <= i < len(peaks)]
+    return min(own) if own else result.h2d_peak_gbps
+
+
 def copy_notes(result: ScanResult) -> list[str]:
     """Notes for the report: the recommended config's copy rate beside the peak, and the uint8 advice
     when the copy is the bound and the batch is floating-point images."""
     rec = result.recommendation
-    peak = result.h2d_peak_gbps
     pick = result.config_result(rec.config) if rec else None
+    peak = device_peak(result, pick) if pick is not None else None
     if pick is None or pick.h2d_gbps is None:
         return []
     if not peak:
         return [f"{pick.config.label()} moved {pick.h2d_gbps:.2f} GB/s to the GPU (no pinned peak was measured to "
                 "compare with; `loadtune doctor` measures it)"]
     share = copy_share(pick, peak)
-    out = [f"{pick.config.label()} moved {pick.h2d_gbps:.2f} GB/s to the GPU: {share:.0%} of this device's pinned "
+    whose = "the slowest rank's own GPU's" if result.h2d_peaks_gbps else "this device's"
+    out = [f"{pick.config.label()} moved {pick.h2d_gbps:.2f} GB/s to the GPU: {share:.0%} of {whose} pinned "
            f"host-to-device peak ({peak:.1f} GB/s, measured before the trials)"]
     if share < COPY_BOUND_SHARE:
         return out

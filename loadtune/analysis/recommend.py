@@ -43,8 +43,11 @@ def cost(trial: ConfigResult | Trial) -> tuple:
     )
 
 
-def baseline_for(configs: list[ConfigResult], batch_size: int) -> ConfigResult | None:
-    """PyTorch's defaults (no workers, no pinning) at this batch size, if measured."""
+def baseline_for(configs: list[ConfigResult], batch_size: int, current: str | None = None) -> ConfigResult | None:
+    """The reference the gain is stated against, if measured: the user's current settings (``current``,
+    their config's key) when given, else PyTorch's defaults (no workers, no pinning) at this batch size."""
+    if current is not None:
+        return next((c for c in configs if c.ok and c.config.key == current), None)
     return next((c for c in configs if c.ok and c.config.batch_size == batch_size and c.config.is_pytorch_default), None)
 
 
@@ -74,10 +77,13 @@ def contenders(configs: list[ConfigResult], noise_floor: float = NOISE_FLOOR) ->
     return sorted((c for c in ok if not beaten(c)), key=cost)
 
 
-def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory: int | None = None) -> Recommendation | None:
+def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory: int | None = None,
+              current: str | None = None) -> Recommendation | None:
     """Pool the runs of each config, then pick the cheapest of the contenders. Configs whose measured
     peak memory exceeds ``max_memory`` (bytes) are left out of the choice, and listed. The gain over
-    PyTorch's defaults comes from the rounds that measured both side by side where there are any."""
+    PyTorch's defaults comes from the rounds that measured both side by side where there are any.
+    With ``current`` (the key of the user's own settings) the gain is over those, and they stay the
+    pick when they are among the contenders: nothing beats them beyond the noise."""
     configs = by_config(trials)
     excluded = over_limit(configs, max_memory)
     tied = contenders([c for c in configs if c not in excluded], noise_floor)
@@ -85,7 +91,10 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory:
         return None
     best = max(tied, key=lambda c: c.estimate.median)
     pick = tied[0]
-    base = baseline_for(configs, pick.config.batch_size)
+    mine = baseline_for(configs, pick.config.batch_size, current) if current else None
+    if mine in tied:  # keep what you have: nothing measured beats it beyond the noise
+        pick = mine
+    base = baseline_for(configs, pick.config.batch_size, current)
     speed = gain(pick, base, run_noise(configs)) if base else None
     return Recommendation(
         config=pick.config,
@@ -95,11 +104,18 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory:
         speedup=speed.ratio.value if speed else None,
         speedup_low=speed.ratio.low if speed else None,
         speedup_high=speed.ratio.high if speed and math.isfinite(speed.ratio.high) else None,
-        reason=explain(pick, best, tied) + excluded_reason(excluded, max_memory),
+        reason=(keep_reason(pick, tied) if pick is mine else explain(pick, best, tied)) + excluded_reason(excluded, max_memory),
         excluded=[c.config for c in excluded],
         max_memory=max_memory,
         speedup_rounds=speed.rounds if speed else 0,
     )
+
+
+def keep_reason(mine: ConfigResult, tied: list[ConfigResult]) -> str:
+    """Why the user's current settings stay: none of the measured configs is faster beyond the noise."""
+    cheaper = [c for c in tied if cost(c) < cost(mine)]
+    return ("no measured config is faster than your current settings beyond the noise"
+            + (f"; {len(cheaper)} cheaper config{'s' if len(cheaper) != 1 else ''} tie with them (listed below)" if cheaper else ""))
 
 
 def excluded_reason(excluded: list[ConfigResult], limit: int | None) -> str:
@@ -182,16 +198,43 @@ def worker_args(config: TrialConfig) -> list[tuple[str, object]]:
     return args
 
 
-def snippet(config: TrialConfig, shuffle: bool, drop_last: bool, has_collate_fn: bool, distributed: bool = False) -> str:
-    """A ready-to-paste ``DataLoader(...)`` call for ``config`` (per rank, over its shard, when ``distributed``)."""
-    args = [("batch_size", config.batch_size), *order_args(shuffle, distributed)]
-    args += [("drop_last", True)] if drop_last else []
+def snippet(config: TrialConfig, shuffle: bool, drop_last: bool, has_collate_fn: bool, distributed: bool = False,
+            loader: str | None = None, loader_name: str | None = None, loader_args: tuple[str, ...] = (),
+            batch_size: bool = True) -> str:
+    """A ready-to-paste ``DataLoader(...)`` call for ``config`` (per rank, over its shard, when ``distributed``).
+    With the spec's ``loader_args`` (its extra arguments) they are passed on; with the user's own
+    ``loader`` (see ``SpecInfo.loader``), the call that builds it with the knobs found. ``batch_size``:
+    False where the loader sets its own."""
+    if loader is not None:
+        return own_loader_snippet(config, loader, loader_name or "loader", batch_size)
+    batched = "batch_sampler" not in loader_args  # a batch_sampler batches (and orders) by itself
+    args = [("batch_size", config.batch_size), *order_args(shuffle, distributed)] if batched else []
+    args += [("drop_last", True)] if drop_last and batched else []
     args += [("num_workers", config.num_workers), *worker_args(config)]
     args += [("pin_memory", True)] if config.pin_memory else []
     lines = ["loader = DataLoader(  # in every rank" if distributed else "loader = DataLoader(", "    dataset,"]
     lines += [f"    {name}={value}," if name == "sampler" else f"    {name}={value!r}," for name, value in args]
     if has_collate_fn:
         lines.append("    collate_fn=collate_fn,")
+    if loader_args:
+        lines.append(f"    **loader_kwargs(),  # your {', '.join(loader_args)}")
+    lines.append(")")
+    lines += TRANSFER_LINES.get(config.transfer, [])
+    return "\n".join(lines)
+
+
+def own_loader_snippet(config: TrialConfig, loader: str, name: str, batch_size: bool) -> str:
+    """The user's own loader with the knobs found: their factory called with them, or their
+    DataLoader (a DataModule's ``train_dataloader()``) with these arguments set and the rest kept."""
+    args = [("batch_size", config.batch_size)] if batch_size else []
+    args += [("num_workers", config.num_workers), *worker_args(config)]
+    args += [("pin_memory", config.pin_memory)]
+    if loader == "factory":
+        lines = [f"train_loader = {name}(  # your factory, with the knobs found"]
+    else:
+        where = f"in {name}.train_dataloader()" if loader == "datamodule" else f"your {name}"
+        lines = [f"train_loader = DataLoader(  # {where}: these arguments set, the others kept", "    ...,"]
+    lines += [f"    {key}={value!r}," for key, value in args]
     lines.append(")")
     lines += TRANSFER_LINES.get(config.transfer, [])
     return "\n".join(lines)

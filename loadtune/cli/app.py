@@ -1,7 +1,8 @@
 """The command line: a thin typer layer over ``loadtune.scan``.
 
-Exit codes: 0 done (check: passed), 1 check found a regression, 2 usage, spec or baseline error,
-3 nothing could be measured, 4 check could not decide (inconclusive), 130 interrupted.
+Exit codes: 0 done (check: passed), 1 check found a regression (doctor --verify: a check failed), 2 usage,
+spec or baseline error, 3 nothing could be measured (doctor --verify: no CUDA device), 4 check could not
+decide (inconclusive), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from loadtune.engine.check import DEFAULT_BUDGET_S, BaselineError, explicit_conf
 from loadtune.analysis.compare import compare, select_diffs
 from loadtune.model.config import PlanError, parse_int_list
 from loadtune.cli.project import ProjectError, project_defaults
-from loadtune.report.progress import ProgressDisplay
-from loadtune.report.check import print_check, round_line
+from loadtune.report.progress import CheckProgress, scan_progress
+from loadtune.version import __version__
+from loadtune.report.check import print_check
 from loadtune.report.compare import print_comparison
 from loadtune.report.scan import print_nodes, print_recommendation, print_report
 from loadtune.model.results import ResultError, ScanResult, check_writable, write_atomic
@@ -44,8 +46,16 @@ EXIT_INTERRUPTED = 130
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure, don't guess: tune a PyTorch DataLoader.")
 
 
+def print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"loadtune {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=print_version, is_eager=True, help="print the version and exit"),
+) -> None:
     """loadtune: a throughput tuner for PyTorch DataLoaders."""
 
 
@@ -111,7 +121,7 @@ def tolerance_value(text) -> float:
 @app.command()
 def scan(
     spec: Optional[str] = typer.Argument(None, help="Spec file that builds the dataset: dataset.py or dataset.py:factory (default: "
-                                                    "[tool.loadtune] spec)"),
+                                                    "\\[tool.loadtune] spec)"),
     workers: Optional[str] = typer.Option(None, help="num_workers values, e.g. 0,2,4 (default: 0,1,2,4,… up to 2× usable cores)"),
     batch_size: Optional[str] = typer.Option(None, "--batch-size", help="batch sizes, e.g. 32,64 (default: the spec's, else 64)"),
     prefetch: Optional[str] = typer.Option(None, help="prefetch_factor values (only with workers) (default: 2,4)"),
@@ -145,11 +155,14 @@ def scan(
     reference_rounds: Optional[int] = typer.Option(None, "--reference-rounds",
                                                    help="paired rounds of the pick and its shaped calibration: the reference "
                                                    "`loadtune check` compares with; 0: none (default: 4)"),
+    current: Optional[str] = typer.Option(None, "--current", help="your own settings, e.g. \"num_workers=8,pin_memory=True,batch_size=256\": "
+                                                                  "always measured, marked in the table; the gain is stated over them, "
+                                                                  "and keeping them is a possible verdict"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="where to save the full result, rewritten after every trial (default: "
                                                                   "loadtune.json)"),
     resume: bool = typer.Option(False, "--resume", help="continue the interrupted scan saved at --json, without re-running its finished trials"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the recommendation (with its notes and snippet); no table, no progress"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs loadtune[plot])"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs matplotlib)"),
     format_: str = typer.Option("table", "--format", help="table, or json: the whole result on stdout (for a pipe), nothing else there"),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", help="ranks per trial, each with its own loader over its shard, "
                                                                                 "launched as torchrun does (default: 1)"),
@@ -169,7 +182,7 @@ def scan(
         allow_reorder=allow_reorder or None, start_method=start_method.split(",") if start_method else None,
         search="grid" if grid else None, budget=budget, confirm=confirm, timeout=timeout, seed=seed,
         nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-        max_memory=max_memory, diagnose=diagnose, reference_rounds=reference_rounds,
+        max_memory=max_memory, diagnose=diagnose, reference_rounds=reference_rounds, current=current,
     )
     plan, json_path, adopted = planned_scan(spec, overrides, json_path, resume)
     result = run_scan(plan, json_path, console, quiet, as_json)
@@ -236,7 +249,7 @@ def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool
         if quiet:
             result = execute(plan, json_path)
         else:
-            with ProgressDisplay(Console(stderr=True)) as display:
+            with scan_progress() as display:  # a live bar in a terminal, a line per trial in a log
                 result = execute(plan, json_path, display)
     except KeyboardInterrupt:
         render()
@@ -274,8 +287,8 @@ def node_summary(result: ScanResult, node_rank: int) -> dict:
 
 @app.command()
 def check(
-    spec: Optional[str] = typer.Argument(None, help="the spec file of the baseline's dataset (default: [tool.loadtune] spec)"),
-    baseline: Optional[Path] = typer.Option(None, help="a saved scan to compare with (default: [tool.loadtune] baseline, else loadtune.json)"),
+    spec: Optional[str] = typer.Argument(None, help="the spec file of the baseline's dataset (default: \\[tool.loadtune] spec)"),
+    baseline: Optional[Path] = typer.Option(None, help="a saved scan to compare with (default: \\[tool.loadtune] baseline, else loadtune.json)"),
     tolerance: Optional[str] = typer.Option(None, help="slowdown allowed, beyond the noise, e.g. 10% (default: 10%)"),
     min_throughput: Optional[float] = typer.Option(None, "--min-throughput", help="absolute floor in samples/s"),
     workers: Optional[int] = typer.Option(None, help="check this num_workers instead of the baseline's pick"),
@@ -287,11 +300,15 @@ def check(
     budget: float = typer.Option(DEFAULT_BUDGET_S, help="seconds of rounds, at most: more rounds are measured while the "
                                  "verdict is inconclusive and another fits"),
     junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="write a JUnit XML report here"),
-    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)"),
+    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="write a Markdown summary here; appended when it is "
+                                                 "$GITHUB_STEP_SUMMARY (GitHub's job summary), else replaced"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the full check result here"),
+    format_: str = typer.Option("table", "--format", help="table, or json: the check result on stdout (for a pipe), nothing else there"),
 ) -> None:
     """Re-measure the baseline's recommended config; exit 1 when loading got slower beyond tolerance and noise."""
-    console = Console()
+    as_json = checked_outputs(format_, None)
+    console = Console(stderr=as_json)  # under --format json, stdout holds the JSON alone
+    progress = CheckProgress(console)
     try:
         project = load_project()
         spec = spec or project.get("spec") or missing("spec file", "spec")
@@ -305,25 +322,32 @@ def check(
         config = explicit_config(saved, workers=workers, batch_size=batch_size, prefetch=prefetch, pin=pin, persistent=persistent)
         if budget <= 0:
             raise OptionsError(f"--budget must be a positive number of seconds, got {budget:g}")
-        outcome = run_check(spec, saved, config, tol, floor, rounds, budget,
-                            on_round=lambda i, paired: console.print(round_line(i, paired), style="dim", highlight=False))
+        if saved.reference is not None:
+            progress.starting(config or saved.reference.config, rounds, budget)
+        outcome = run_check(spec, saved, config, tol, floor, rounds, budget, on_round=progress.round_finished)
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None
     print_check(console, outcome, rounds=False)
+    write_check_reports(outcome, as_json, junit_xml, markdown_path, json_path)
+    raise typer.Exit(CHECK_EXIT_CODES.get(outcome.status, 0))
+
+
+CHECK_EXIT_CODES = {NOTHING: EXIT_NOTHING_MEASURED, REGRESSION: EXIT_REGRESSION, INCONCLUSIVE: EXIT_INCONCLUSIVE}
+
+
+def write_check_reports(outcome, as_json: bool, junit_xml: Optional[Path], markdown_path: Optional[Path],
+                        json_path: Optional[Path]) -> None:
+    """The check's result on stdout (``--format json``) and in the files CI systems read."""
+    if as_json:
+        write_json(outcome.to_dict())
     if junit_xml:
         write_atomic(junit_xml, ci.junit_xml(outcome))
     if markdown_path:
-        write_atomic(markdown_path, ci.markdown(outcome))
+        ci.write_markdown(markdown_path, ci.markdown(outcome))
     if json_path:
         write_atomic(json_path, json.dumps(outcome.to_dict(), indent=1) + "\n")
-    if outcome.status == NOTHING:
-        raise typer.Exit(EXIT_NOTHING_MEASURED)
-    if outcome.status == REGRESSION:
-        raise typer.Exit(EXIT_REGRESSION)
-    if outcome.status == INCONCLUSIVE:
-        raise typer.Exit(EXIT_INCONCLUSIVE)
 
 
 @app.command()
@@ -336,7 +360,7 @@ def show(
     workers: Optional[str] = typer.Option(None, help="only these num_workers values, e.g. 2,4"),
     pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="only configs with (without) pin_memory"),
     status: Optional[str] = typer.Option(None, help="only rows of these statuses: ok, failed, skipped, excluded (comma-separated)"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs loadtune[plot])"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs matplotlib)"),
     format_: str = typer.Option("table", "--format", help="table, or json: the saved result (two scans: the comparison) on stdout"),
 ) -> None:
     """Render a saved scan again (table and recommendation) without measuring anything; given two, compare them."""
@@ -378,20 +402,51 @@ def show(
 def doctor(
     json_path: Optional[Path] = typer.Option(None, "--json", help="also save the findings here as JSON"),
     bandwidth: bool = typer.Option(True, "--bandwidth/--no-bandwidth", help="measure host<->device copy rates (a few seconds per GPU)"),
+    verify: bool = typer.Option(False, "--verify", help="self-test the GPU path loadtune's figures depend on: PASS/FAIL per "
+                                "check (--json saves them); exit 1 when one fails, 3 without a CUDA device"),
+    format_: str = typer.Option("table", "--format", help="table, or json: the findings on stdout (for a pipe), nothing else there"),
 ) -> None:
     """What this machine offers: cores, RAM, /dev/shm, versions, GPUs, PCIe links and measured copy rates."""
     from loadtune.engine import doctor as doctor_mod
     from loadtune.report.doctor import print_doctor
 
+    as_json = checked_outputs(format_, None)
     try:
+        if as_json and verify:
+            raise OptionsError("--format json writes the machine's findings; --verify prints its checks (--json PATH saves them)")
         if json_path:
             check_writable(json_path)
-    except ResultError as exc:
+    except USER_ERRORS as exc:
         raise fail(str(exc)) from None
+    if verify:
+        raise typer.Exit(verify_gpu(json_path))
     report = doctor_mod.collect(measure=bandwidth)
-    print_doctor(Console(), report)
+    if as_json:
+        write_json(report.to_dict())
+    else:
+        print_doctor(Console(), report)
     if json_path:
         write_atomic(json_path, json.dumps(report.to_dict(), indent=1) + "\n")
+
+
+def verify_gpu(json_path: Optional[Path]) -> int:
+    """``doctor --verify``: the checks printed as they come, the verdict, the JSON; the exit code
+    (0 all passed, 1 one failed, 3 no CUDA device). This process never initialises CUDA."""
+    from loadtune.engine.verify.runner import verify as run_verify
+    from loadtune.report.verify import print_line, print_verdict
+
+    console = Console()
+    try:
+        with console.status("verifying the GPU path: each check prints PASS or FAIL as it ends (under two minutes)"):
+            result = run_verify(on_check=lambda check: print_line(console, check))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    if json_path:
+        write_atomic(json_path, json.dumps(result.to_dict(), indent=1) + "\n")
+    if result.refused:
+        raise fail(result.refused, EXIT_NOTHING_MEASURED)
+    print_verdict(console, result)
+    return 0 if result.passed else EXIT_REGRESSION
 
 
 def main() -> None:

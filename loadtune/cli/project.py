@@ -1,19 +1,20 @@
 """Project-wide defaults from ``[tool.loadtune]`` in the nearest ``pyproject.toml``.
 
 So a CI line can be just ``loadtune check``: the spec, the baseline, the tolerance and scan options
-live with the project. Flags override this table; this table overrides the spec's ``loadtune`` dict.
+live with the project. Flags override this table; this table overrides the spec's ``loadtune_options``.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 try:
     import tomllib
-except ModuleNotFoundError:  # Python 3.10: tomli if present, else no project defaults
+except ModuleNotFoundError:  # Python 3.10: tomli, a dependency there (pyproject.toml)
     try:
         import tomli as tomllib
-    except ModuleNotFoundError:
+    except ModuleNotFoundError:  # removed by hand: said when a [tool.loadtune] table would be ignored
         tomllib = None
 
 
@@ -33,7 +34,12 @@ def find_pyproject(start: Path | None = None) -> Path | None:
 def project_defaults(start: Path | None = None) -> tuple[dict, Path | None]:
     """The ``[tool.loadtune]`` table (paths in it made absolute) and the file it came from."""
     path = find_pyproject(start)
-    if path is None or tomllib is None:
+    if path is None:
+        return {}, None
+    if tomllib is None:
+        if "[tool.loadtune" in path.read_text(errors="replace"):
+            raise ProjectError(f"{path} has a [tool.loadtune] table, and this Python ({sys.version.split()[0]}) cannot read TOML "
+                               "without tomli: pip install tomli (a dependency of loadtune on Python < 3.11)")
         return {}, None
     try:
         data = tomllib.loads(path.read_text())

@@ -25,7 +25,7 @@ from loadtune.model.config import TrialConfig, transfer_for
 from loadtune.model.results import ScanResult
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.protocol import TrialRequest
-from loadtune.engine.spec import LoadedSpec, load_spec
+from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
 from loadtune.engine.trial.workload import StepWorkload, calibrate
 from loadtune.model.check import INCONCLUSIVE, CheckResult
 from loadtune.model.paired import PairedRound
@@ -56,7 +56,7 @@ def check_baseline(baseline: ScanResult, spec: LoadedSpec) -> None:
                             "one, or one with --reference-rounds 0 or without a stage profile): run loadtune scan again")
 
 
-def baseline_step(step: dict | None, device: str) -> StepWorkload | None:
+def baseline_step(step: dict | None, device: str, source: SpecRef | None = None) -> StepWorkload | None:
     """The baseline's ``--step-ms`` step, to run the same work now: its own calibration where the device
     type is the same, else calibrated here to the same milliseconds (dropping it would compare a loader
     feeding a step with one feeding nothing)."""
@@ -65,7 +65,7 @@ def baseline_step(step: dict | None, device: str) -> StepWorkload | None:
     if step["device_type"] == device.partition(":")[0]:
         return StepWorkload.from_dict(step)
     if device.startswith("cuda"):
-        got = probe_mod.run(device, step["ms"])  # CUDA is measured in a child, never in this process
+        got = probe_mod.run(device, step["ms"], source=source)  # in a child, never in this process; the spec's settings apply
         if got.workload is None:
             raise BaselineError(f"the baseline's {step['ms']:g} ms step could not be calibrated on {device}: {got.error}")
         return got.workload
@@ -124,13 +124,13 @@ def check_request(baseline: ScanResult, spec: LoadedSpec) -> tuple[TrialRequest,
     opts = baseline.settings.options
     machine = collect()
     device = baseline.settings.device if machine.has_accelerator or baseline.settings.device == "cpu" else "cpu"
-    work = baseline_step(baseline.settings.step, device)
+    work = baseline_step(baseline.settings.step, device, spec.ref)
     try:  # a baseline of several ranks is checked on as many: this machine must hold them
         validate_layout(opts.nproc_per_node, opts.nnodes, opts.node_rank, len(machine.gpus),
                         "cpu" if device == "cpu" else "cuda")
     except DistributedError as exc:
         raise BaselineError(f"the baseline's layout cannot run here: {exc}") from None
-    ranks = setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, device, opts.blocks * opts.block_time, spec.ref)
+    ranks = setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, device, opts.blocks * opts.block_time)
     loader = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
     request = TrialRequest(baseline.reference.config, device, scan_timing(opts), loader, opts.timeout,
                            machine.start_method, workload=work)

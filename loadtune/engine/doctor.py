@@ -91,7 +91,9 @@ def examine_gpu(index: int, sizes: tuple[int, ...], measure: bool) -> GPUDoctor:
     from loadtune.engine.trial.gpu import identity
 
     props = torch.cuda.get_device_properties(index)
-    uuid = identity(torch.device("cuda", index))["uuid"]
+    found = identity(torch.device("cuda", index))
+    dev = nvml.handle_for(found["uuid"], found["pci_bus_id"])  # CUDA's index is not NVML's: never matched by it
+    uuid = (nvml.query("nvmlDeviceGetUUID", dev) if dev is not None else None) or found["uuid"]
     gpu = GPUDoctor(index, props.name, props.total_memory, uuid, nvml.query("nvmlSystemGetDriverVersion"))
     if measure:
         try:
@@ -103,8 +105,6 @@ def examine_gpu(index: int, sizes: tuple[int, ...], measure: bool) -> GPUDoctor:
             gpu.error = f"{type(exc).__name__}: {exc}"
         finally:
             torch.cuda.empty_cache()
-    dev = nvml.handle(None, uuid) if uuid else None
-    dev = dev if dev is not None else (nvml.handle(index) if not os.environ.get("CUDA_VISIBLE_DEVICES") else None)
     if dev is not None:  # read after the copies: an idle link trains down to save power
         gpu.link = nvml.pcie_link(dev)
     return gpu

@@ -2,15 +2,24 @@
 
 "Usable cores" is the CPU affinity mask capped by any cgroup CPU quota: in a container
 ``os.cpu_count()`` reports the host's cores, and a worker grid built from it oversubscribes.
+
+The GPUs are read in a child process (``python -m loadtune.engine.machine``): this module runs in
+the scan's own process, which must not touch CUDA. Even ``torch.cuda.is_available()`` initialises
+the driver there and marks the process so that CUDA fails in any child forked from it, and trials
+of in-memory datasets, and the ranks of a trial, may be forked (docs/measuring.md).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import multiprocessing
 import os
 import platform
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -93,16 +102,53 @@ def shm_size() -> int | None:
         return None
 
 
+GPU_QUERY_TIMEOUT_S = 120
+DRIVER_FILES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd")  # NVIDIA's driver, WSL's, ROCm's
+
+
 def cuda_gpus() -> list[GPUInfo]:
+    """The CUDA devices torch would use here, read in a child process, never in this one. None without
+    a CUDA (or ROCm) build of torch, or on Linux without any GPU driver's device file: no child then."""
     import torch
 
-    if not torch.cuda.is_available():
+    if not (torch.version.cuda or getattr(torch.version, "hip", None)) or not driver_present():
         return []
-    gpus = []
-    for i in range(torch.cuda.device_count()):
-        props = torch.cuda.get_device_properties(i)
-        gpus.append(GPUInfo(index=i, name=props.name, memory_bytes=props.total_memory))
-    return gpus
+    found = gpus_in_child(os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_DEVICE_ORDER"))
+    return [GPUInfo(**g) for g in found]
+
+
+def driver_present() -> bool:
+    """A GPU driver's device file exists (only checked on Linux, where they live in /dev)."""
+    return not sys.platform.startswith("linux") or any(Path(f).exists() for f in DRIVER_FILES)
+
+
+@functools.lru_cache(maxsize=8)
+def gpus_in_child(visible: str | None, order: str | None) -> tuple[dict, ...]:
+    """The devices as a fresh interpreter sees them under these CUDA_VISIBLE_DEVICES and
+    CUDA_DEVICE_ORDER (cached: the answer only changes with them). A child that fails sees none."""
+    code = "from loadtune.engine.machine import print_gpus; print_gpus()"
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent.parent)  # the child imports this very loadtune
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                              timeout=GPU_QUERY_TIMEOUT_S)
+        lines = done.stdout.strip().splitlines()
+        return tuple(json.loads(lines[-1])) if done.returncode == 0 and lines else ()
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return ()
+
+
+def print_gpus() -> None:
+    """The child's side of ``gpus_in_child``: one line of JSON, the devices in CUDA's order."""
+    import torch
+
+    out = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            out.append({"index": i, "name": props.name, "memory_bytes": props.total_memory})
+    print(json.dumps(out))
 
 
 def collect() -> MachineInfo:

@@ -1,6 +1,6 @@
 """The scan: spec -> plan -> trials -> results -> recommendation. The Python API behind the CLI.
 
-Options come in three layers, later winning: loadtune's defaults, the spec file's ``loadtune = {...}``
+Options come in three layers, later winning: loadtune's defaults, the spec file's ``loadtune_options = {...}``
 dict, then explicit arguments (CLI flags). Every option is checked before any trial runs.
 """
 
@@ -27,17 +27,19 @@ from loadtune.engine import probe as probe_mod
 from loadtune.engine import stages as stages_mod
 from loadtune.analysis.footprint import parse_size
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
-from loadtune.model.config import PlanError, Skip, TrialConfig, transfer_for
+from loadtune.model.config import PlanError, Skip, TrialConfig, current_config, parse_knobs, transfer_for
 from loadtune.search.space import SearchSpace, build_grid, default_workers, reference_configs
 from loadtune.analysis.recommend import recommend
 from loadtune.model.results import ScanResult, SpecInfo, Trial, check_writable
 from loadtune.model.settings import ScanOptions, ScanSettings
 from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.nvml import utilisation_notes
 from loadtune.engine.trial.protocol import RankSetup, TrialRequest
 from loadtune.search.adaptive import AdaptiveSearch
 from loadtune.search.grid import GridSearch
 from loadtune.search.strategy import Strategy
-from loadtune.engine.spec import LoadedSpec, SpecRef, from_objects, load_spec
+from loadtune.engine.spec import LoadedSpec, SpecRef, check_knobs, from_objects, load_spec
+from loadtune.engine.interactive import check_main_objects
 from loadtune.engine.trial.workload import StepWorkload, WorkloadError, check_step_ms
 from loadtune.engine.trial.workload import calibrate as calibrate_step
 
@@ -80,8 +82,18 @@ def validate_options(opts: ScanOptions) -> None:
             opts.max_memory = parse_size(opts.max_memory)
         except ValueError as exc:
             raise OptionsError(f"max_memory (--max-memory): {exc}") from None
+    check_current(opts)
     if opts.timeout <= opts.warmup + opts.block_time:
         raise OptionsError(f"timeout ({opts.timeout:g} s) leaves no time to measure; raise it")
+
+
+def check_current(opts: ScanOptions) -> None:
+    """``current`` ("num_workers=8,pin_memory=True" or a dict) normalised to a dict of checked knobs."""
+    if opts.current is not None:
+        try:
+            opts.current = parse_knobs(opts.current, "current")
+        except PlanError as exc:
+            raise OptionsError(str(exc)) from None
 
 
 def check_flags(opts: ScanOptions) -> None:
@@ -117,7 +129,7 @@ def resolve_options(spec_defaults: dict, overrides: dict) -> ScanOptions:
     """Merge defaults < spec dict < overrides (``None`` in overrides means "not given")."""
     known = {f.name for f in fields(ScanOptions)}
     merged: dict[str, Any] = {}
-    for origin, layer in (("the spec's loadtune dict", spec_defaults), ("options", overrides)):
+    for origin, layer in (("the spec's loadtune_options", spec_defaults), ("options", overrides)):
         for key, value in layer.items():
             if key not in known:
                 raise OptionsError(f"unknown option {key!r} in {origin}; known: {', '.join(sorted(known))}")
@@ -160,6 +172,9 @@ def spec_info(spec: LoadedSpec) -> SpecInfo:
         iterable=spec.iterable,
         has_step=spec.step is not None,
         has_collate_fn=spec.collate_fn is not None,
+        loader=None if spec.form == "dataset" else spec.form,
+        loader_name=None if spec.form == "dataset" else spec.owner,
+        loader_args=list(spec.loader_args),
     )
 
 
@@ -192,6 +207,7 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     """Load the spec, resolve and check options, build the trial list. No trial runs here."""
     spec, source = load_source(dataset_or_spec, overrides)
     opts = resolve_options(spec.defaults, overrides)
+    loader_skips = fit_to_loader(spec, opts, set(spec.defaults) | {k for k, v in overrides.items() if v is not None})
     too_big = [bs for bs in opts.batch_size or [DEFAULT_BATCH_SIZE] if spec.length is not None and bs > spec.length]
     if opts.drop_last and too_big:
         raise OptionsError(f"batch size {too_big[0]} with drop_last: the dataset's {spec.length} samples never fill one batch")
@@ -209,21 +225,28 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     except PlanError as exc:
         raise OptionsError(str(exc)) from None
     references = reference_configs(configs, accelerator)
-    strategy = make_strategy(opts, space, configs, references, accelerator, info)
+    current = current_of(opts, accelerator)
+    if current is not None and current not in configs + references:
+        references.append(current)  # measured like PyTorch's defaults: the gain is stated against it
+    strategy = make_strategy(opts, space, configs, references + [c for c in [current] if c in configs], accelerator, info)
     settings = ScanSettings(options=opts, device=device, grid_size=len(configs), references=[c.key for c in references],
-                            planned=[c.key for c in configs], max_workers=reachable_workers(opts, space, info.usable_cores))
+                            planned=[c.key for c in configs], max_workers=reachable_workers(opts, space, info.usable_cores),
+                            current=current.key if current else None)
     if isinstance(source, LoadedSpec) and accelerator:
         check_picklable(source)
+    if isinstance(source, LoadedSpec):  # a class from a notebook cell: refused where a new process must import it
+        check_main_objects(source, device, {c.start_method or info.start_method for c in configs + references if c.num_workers})
     if opts.step_ms is not None and spec.step is not None:
         raise OptionsError("the spec defines step(batch) and step_ms is given: the synthetic step would replace yours; "
                            "drop one of them")
     ranks = distributed.setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, device,
-                                  opts.blocks * opts.block_time, source)
+                                  opts.blocks * opts.block_time)
     if ranks is not None:
         settings.ranks = asdict(ranks)
-    result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=skips)
-    result.notes += rank_notes(ranks)
-    measure_device(result, device, opts.step_ms)
+    checks = check_knobs(spec, [c.loader_kwargs() for c in dict.fromkeys([configs[0], configs[-1], *references])])
+    result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=loader_skips + skips)
+    result.notes += spec.notes + checks + rank_notes(ranks)
+    measure_device(result, device, opts.step_ms, ranks, source)
     result.notes += busy_notes(info)
     return Plan(source, spec, opts, info, device, strategy, result)
 
@@ -236,8 +259,80 @@ def load_source(dataset_or_spec: Any, overrides: dict) -> tuple[LoadedSpec, Spec
         return spec, spec.ref
     if isinstance(dataset_or_spec, LoadedSpec):
         return dataset_or_spec, dataset_or_spec
-    spec = from_objects(dataset_or_spec, overrides.pop("collate_fn", None), overrides.pop("step", None))
+    spec = from_objects(dataset_or_spec, overrides.pop("collate_fn", None), overrides.pop("step", None),
+                        overrides.pop("loader_kwargs", None))
     return spec, spec
+
+
+def loader_owner(spec: LoadedSpec) -> str:
+    """Who orders and batches the samples, in the user's words."""
+    if spec.form == "factory":
+        return f"{spec.owner}(**knobs)"
+    if spec.form == "datamodule":
+        return f"{spec.owner}.train_dataloader()"
+    if spec.form == "dataloader":
+        return f"the DataLoader {spec.owner}"
+    return "the spec's batch_sampler" if "batch_sampler" in spec.loader_args else "the spec's sampler"
+
+
+def fit_to_loader(spec: LoadedSpec, opts: ScanOptions, given: set[str]) -> list[Skip]:
+    """The options against a loader that orders samples itself (the user's sampler, batch_sampler or
+    whole loader): loadtune's shuffle, drop_last and rank shards do not apply, and setting them is a
+    conflict. A finished loader's own settings become ``current`` unless given. Returns the row
+    saying the batch size is not searched, where the loader sets it."""
+    who = loader_owner(spec)
+    if spec.own_order:
+        if opts.nproc_per_node > 1 or opts.nnodes > 1:
+            raise OptionsError(f"{who} orders the samples itself, while several ranks need loadtune's DistributedSampler: "
+                               "scan a single rank (drop --nproc-per-node and --nnodes)")
+        batches = spec.form != "dataset" or "batch_sampler" in spec.loader_args  # it decides drop_last too
+        for name in ("shuffle", "drop_last") if batches else ("shuffle",):
+            if name in given and getattr(opts, name):
+                raise OptionsError(f"{name} is set (--{name.replace('_', '-')} or the options), but {who} decides it: "
+                                   f"drop {name}, or change it in your loader")
+        opts.shuffle = False
+        opts.drop_last = opts.drop_last and not batches
+    if "multiprocessing_context" in spec.loader_args and opts.start_method:
+        raise OptionsError("--start-method searches multiprocessing_context, which the spec's loader_kwargs sets: drop one of them")
+    if opts.current is None and spec.current is not None:
+        opts.current = dict(spec.current)
+    return batch_size_plan(spec, opts, who)
+
+
+def batch_size_plan(spec: LoadedSpec, opts: ScanOptions, who: str) -> list[Skip]:
+    """The batch sizes to scan: by default the loader's own (or ``current``'s); exactly the loader's
+    where it sets it, which a pre-batched stream cannot show and the options must then declare."""
+    current_bs = (opts.current or {}).get("batch_size")
+    if spec.batch_knob:
+        if opts.batch_size is None and (current_bs or spec.batch_size):
+            opts.batch_size = [current_bs or spec.batch_size]
+        return []
+    own = spec.batch_size
+    declared = opts.batch_size or ([current_bs] if current_bs else None)
+    if own is None and (not declared or len(declared) != 1):
+        given = f"batch_size {','.join(map(str, declared))}: " if declared else ""
+        raise OptionsError(f"{given}{who} batches by itself (batch_size=None) and how many samples its batches hold cannot "
+                           "be read from it: set batch_size to that one number, e.g. in loadtune_options (it is not "
+                           "searched: it labels the results and sizes check's calibration; samples are counted from the batches)")
+    if own is not None and opts.batch_size and opts.batch_size != [own]:
+        raise OptionsError(f"batch_size {','.join(map(str, opts.batch_size))}: {who} sets its own batch size ({own}), which "
+                           "loadtune cannot change; drop batch_size")
+    size = own if own is not None else declared[0]
+    if current_bs is not None and current_bs != size:
+        raise OptionsError(f"current: batch_size={current_bs}, but {who} batches {size} samples")
+    opts.batch_size = [size]
+    how = "as declared" if own is None else "its own"
+    return [Skip("batch_size", f"set by {who} ({size} per batch, {how}): not searched")]
+
+
+def current_of(opts: ScanOptions, accelerator: bool) -> TrialConfig | None:
+    """The config of ``current`` (the user's own settings), at the scan's first batch size unless it gives one."""
+    if opts.current is None:
+        return None
+    try:
+        return current_config(opts.current, (opts.batch_size or [DEFAULT_BATCH_SIZE])[0], accelerator)
+    except PlanError as exc:
+        raise OptionsError(f"current: {exc}") from None
 
 
 def search_space(opts: ScanOptions, rank_cores: int) -> SearchSpace:
@@ -283,12 +378,18 @@ def check_picklable(spec: LoadedSpec) -> None:
             "`loadtune scan dataset.py`, or pass device='cpu'") from None
 
 
-def measure_device(result: ScanResult, device: str, step_ms: float | None) -> None:
+def measure_device(result: ScanResult, device: str, step_ms: float | None, ranks: RankSetup | None = None,
+                   source: SpecRef | LoadedSpec | None = None) -> None:
     """Once per scan, before the trials: on a CUDA device, the pinned copy peak that achieved rates are
-    set beside (in a child process, see ``probe.py``); with ``step_ms``, the synthetic step's calibration."""
+    set beside (in a child process, see ``probe.py``; with ranks, each rank's own GPU); with ``step_ms``,
+    the synthetic step's calibration, under the spec's settings."""
     if device.startswith("cuda"):
-        got = probe_mod.run(device, step_ms)
+        devices = [f"cuda:{i}" for i in range(ranks.nproc_per_node)] if ranks is not None else [device]
+        got = probe_mod.run(device, step_ms, devices=devices, source=source)
         result.h2d_peak_gbps = got.h2d_peak_gbps
+        if ranks is not None and len(got.h2d_peaks_gbps) == len(devices):
+            result.h2d_peaks_gbps = got.h2d_peaks_gbps
+        result.notes += utilisation_notes(got.devices)
         if got.error:
             result.notes.append(f"measuring {device} before the scan failed ({got.error}): no copy peak to compare with")
         if step_ms is not None and got.workload is None:
@@ -407,7 +508,7 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
         calibrate(run)  # again at the end: drift during the scan shows as a difference
     except KeyboardInterrupt:
         result.state = "interrupted"
-        result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory)
+        result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory, result.settings.current)
         save()
         raise
     known = {(s.what, s.why) for s in result.skipped}
@@ -425,7 +526,7 @@ def requests_of(plan: Plan) -> Callable[[TrialConfig], TrialRequest]:
     loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
     workload = workload_of(plan.result)
     ranks = distributed.setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, plan.device,
-                                  opts.blocks * opts.block_time, plan.source)
+                                  opts.blocks * opts.block_time)
     return lambda config: with_ranks(TrialRequest(config, plan.device, timing, loader_options, opts.timeout,
                                                   plan.machine.start_method, workload=workload), ranks)
 
@@ -456,7 +557,7 @@ def search(run: Run) -> None:
         trial = run_trial(run.plan.source, run.request_for(config), observer.trial_event if observer else None)
         trial.reference, trial.round = config.key in references, round_
         result.trials.append(trial)
-        result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory)
+        result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory, result.settings.current)
         run.save()
         if observer:
             observer.trial_finished(len(result.trials) - 1, trial, result)
@@ -471,7 +572,11 @@ def diagnose(run: Run) -> None:
         if NO_PROFILE_WITH_RANKS not in result.notes:  # a resumed scan may have said it already
             result.notes.append(NO_PROFILE_WITH_RANKS)
     elif result.stages is None and result.recommendation is not None:
-        if not run.fits(2):
+        if not run.plan.spec.profilable:
+            note = ("no stage profile or bound: the loader batches by itself (a pre-batched stream), while the profile "
+                    "times samples one by one")
+            result.notes += [note] if note not in result.notes else []
+        elif not run.fits(2):
             result.notes.append(f"stage profile skipped: the {opts.budget:g} s budget would be exceeded")
         else:
             profile_stages(run.plan, run.request_for(result.recommendation.config), run.observer)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, default_collate
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.cpu import process_cpu_s, runqueue_s, worker_pids
@@ -109,10 +109,14 @@ class Fetcher:
     """Samples one batch at a time, as a DataLoader worker fetches them (without collating)."""
 
     def __init__(self, spec: LoadedSpec, config: TrialConfig, options: LoaderOptions):
-        self.dataset, self.batch_size, self.iterable = spec.dataset, config.batch_size, spec.iterable
+        loader = make_loader(spec, replace(config, num_workers=0), options)  # the scan's (or the user's) sampler, seed, collate
+        if not isinstance(loader, DataLoader) or loader.batch_sampler is None:
+            raise TrialFailure("the loader batches by itself (a pre-batched stream, or not a DataLoader): the stage "
+                               "profile fetches samples one by one, which such a loader does not expose")
+        self.dataset, self.collate = loader.dataset, loader.collate_fn
+        self.batch_size, self.iterable = loader.batch_size or config.batch_size, isinstance(loader.dataset, IterableDataset)
         self.stream = None
         if not self.iterable:
-            loader = make_loader(spec, replace(config, num_workers=0), options)  # the scan's sampler and seed
             self.indices = self._cycle(loader.batch_sampler)
             self.getitems = getattr(self.dataset, "__getitems__", None)
 
@@ -238,8 +242,8 @@ class Profiler:
         if device.type == "cuda":
             open_device(device)
         self.threads = torch.get_num_threads()
-        self.collate = spec.collate_fn or default_collate
         self.fetcher = Fetcher(spec, config, options)
+        self.collate = self.fetcher.collate  # the loader's own: the spec's collate_fn, or default_collate
         self.rec = StageRecorders()
         self.samples: list = []  # the latest batch, as fetched ...
         self.local: Any = None  # ... and as collated in this process
@@ -317,7 +321,7 @@ class Profiler:
         memory and send; ``Receiver`` times both sides of the hand-off."""
         kwargs = {"multiprocessing_context": self.config.start_method} if self.config.start_method else {}
         loader = DataLoader(Replay(self.samples), batch_size=len(self.samples), num_workers=1, prefetch_factor=2,
-                            collate_fn=self.spec.collate_fn, **kwargs)
+                            collate_fn=self.collate, **kwargs)
         receiver = Receiver(iter(loader), consume, sync, self.rec)
         try:
             receiver.start()

@@ -9,9 +9,12 @@ from dataclasses import asdict, dataclass, field
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CalibrationShape, PairedRound
 from loadtune.model.results import Trial
+from loadtune.version import __version__
 
 
 PASS, REGRESSION, INCONCLUSIVE, NOTHING = "pass", "regression", "inconclusive", "nothing measured"
+SCHEMA = "loadtune/check"  # the JSON of ``check --json`` / ``--format json``: loadtune/schema/check.schema.json
+SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -55,7 +58,7 @@ class CheckResult:
         return statistics.median(rates) if rates else None
 
     def to_dict(self) -> dict:
-        data = asdict(self)
+        data = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "loadtune_version": __version__, **asdict(self)}
         data["config"] = self.config.to_dict()
         data["trials"] = [t.to_dict() for t in self.trials]
         return data

@@ -151,3 +151,65 @@ def parse_int_list(text: str, name: str) -> list[int]:
     return values
 
 
+# The knobs ``--current`` may give: the DataLoader arguments loadtune searches, and how batches reach the device
+CURRENT_KNOBS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "in_order",
+                 "multiprocessing_context", "transfer")
+BOOL_KNOBS = ("pin_memory", "persistent_workers", "in_order")
+COUNT_KNOBS = {"batch_size": 1, "num_workers": 0, "prefetch_factor": 1}  # whole numbers, at least this
+
+
+def knob_value(key: str, raw: object, name: str) -> object:
+    """One knob's value from text or TOML/Python: true/false, a whole number, or a name."""
+    text = str(raw).strip()
+    if key in BOOL_KNOBS:
+        if isinstance(raw, bool) or text.lower() in ("true", "false"):
+            return raw if isinstance(raw, bool) else text.lower() == "true"
+        raise PlanError(f"{name}: {key} must be True or False, got {raw!r}")
+    if key in COUNT_KNOBS:
+        if isinstance(raw, bool) or not (isinstance(raw, int) or text.isdigit()) or int(text) < COUNT_KNOBS[key]:
+            raise PlanError(f"{name}: {key} must be a whole number >= {COUNT_KNOBS[key]}, got {raw!r}")
+        return int(text)
+    if key == "transfer" and text not in TRANSFERS:
+        raise PlanError(f"{name}: transfer must be one of {', '.join(TRANSFERS)}, got {raw!r}")
+    return text
+
+
+def parse_knobs(value: str | dict, name: str = "current") -> dict:
+    """``"num_workers=8,pin_memory=True,batch_size=256"`` (or a dict of the same) -> checked knobs.
+    ``start_method`` is read as ``multiprocessing_context``."""
+    if isinstance(value, str):
+        pairs = [part.partition("=") for part in value.split(",") if part.strip()]
+        if not pairs or any(not sep for _, sep, _ in pairs):
+            raise PlanError(f"{name}: expected knob=value pairs like num_workers=8,pin_memory=True, got {value!r}")
+        items = [(key.strip(), raw.strip()) for key, _, raw in pairs]
+    elif isinstance(value, dict):
+        items = list(value.items())
+    else:
+        raise PlanError(f"{name}: expected knob=value pairs like num_workers=8,pin_memory=True, got {value!r}")
+    out = {}
+    for key, raw in items:
+        key = "multiprocessing_context" if key == "start_method" else key
+        if key not in CURRENT_KNOBS:
+            raise PlanError(f"{name}: unknown knob {key!r}; known: {', '.join(CURRENT_KNOBS)}")
+        out[key] = knob_value(key, raw, name)
+    return out
+
+
+def current_config(knobs: dict, batch_size: int, accelerator: bool) -> TrialConfig:
+    """The config of the user's own settings (``parse_knobs``' output), PyTorch's defaults where a knob
+    is not given; ``batch_size`` where it gives none. Refuses what PyTorch refuses without workers."""
+    workers = knobs.get("num_workers", 0)
+    if not workers:
+        given = [k for k in ("prefetch_factor", "multiprocessing_context") if knobs.get(k) is not None]
+        given += [k for k, default in (("persistent_workers", False), ("in_order", True)) if knobs.get(k, default) != default]
+        if given:
+            raise PlanError(f"{given[0]} needs num_workers > 0 (PyTorch refuses it without workers)")
+    pin = knobs.get("pin_memory", False)
+    transfer = knobs.get("transfer", "none") if accelerator else "none"  # without a device batches stay put
+    if transfer == "none" and accelerator:
+        transfer = transfer_for(pin, accelerator)
+    config = TrialConfig(knobs.get("batch_size", batch_size), workers, pin, knobs.get("prefetch_factor"),
+                         knobs.get("persistent_workers", False), transfer, knobs.get("in_order", True),
+                         knobs.get("multiprocessing_context"))
+    return config.with_knobs()
+

@@ -11,6 +11,7 @@ import json
 import os
 import statistics
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,10 +26,31 @@ from loadtune.model.settings import ScanSettings
 
 SCHEMA = "loadtune/scan"
 SCHEMA_VERSION = 1
+RENDERERS: dict[str, Callable[["ScanResult"], str]] = {}  # MIME type -> renderer, set by loadtune.report.notebook
 
 
 class ResultError(ValueError):
     """A results file that is missing, corrupt, or not ours: a clear message and exit code 2."""
+
+
+# How a file of an older schema version is read: MIGRATIONS[n] turns version n into n + 1. Keys added
+# since are read with their defaults where they are parsed (``from_dict``, ``OLDER_FILES`` in
+# model/settings.py), so a step is needed only where a key was renamed or changed meaning; a version
+# without one is read as it is. A committed CI baseline thus survives a version bump.
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+
+def migrated(data: dict) -> dict:
+    """``data`` brought to SCHEMA_VERSION; a version this loadtune cannot know (newer, or not one) is refused."""
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ResultError(f"schema version {version!r} is not one loadtune writes; re-run the scan")
+    if version > SCHEMA_VERSION:
+        raise ResultError(f"schema version {version} was written by a newer loadtune ({data.get('loadtune_version', 'unknown')}) "
+                          f"than this one ({__version__}, which reads up to {SCHEMA_VERSION}); upgrade loadtune")
+    for step in range(version, SCHEMA_VERSION):
+        data = MIGRATIONS.get(step, dict)(data)
+    return data
 
 
 @dataclass
@@ -123,6 +145,7 @@ class RankFigures:
     warmup: Block | None = None
     blocks: list[Block] = field(default_factory=list)
     memory_bytes: int | None = None  # PSS of the rank and its workers at steady state, measured inside it
+    gpu: GPUUsage | None = None  # its own GPU (cuda:local_rank): allocator peaks, utilisation
 
     @property
     def estimate(self) -> Estimate | None:
@@ -139,6 +162,7 @@ class RankFigures:
         data = dict(data)
         data["warmup"] = Block.from_dict(data["warmup"]) if data.get("warmup") else None
         data["blocks"] = [Block.from_dict(b) for b in data.get("blocks", [])]
+        data["gpu"] = GPUUsage.from_dict(data["gpu"]) if data.get("gpu") else None
         return cls(**data)
 
 
@@ -499,6 +523,9 @@ class SpecInfo:
     iterable: bool
     has_step: bool
     has_collate_fn: bool
+    loader: str | None = None  # None: loadtune's DataLoader over the dataset; "factory", "dataloader", "datamodule": the user's own
+    loader_name: str | None = None  # the spec's name for it (its loader factory, DataLoader or DataModule)
+    loader_args: list[str] = field(default_factory=list)  # the spec's extra DataLoader arguments (loader_kwargs), by name
 
 
 @dataclass
@@ -514,6 +541,7 @@ class ScanResult:
     stages: StageCosts | None = None  # the profiling run: where the time goes (None: not run, or an old file)
     state: str = "running"  # "running" | "complete" | "interrupted"
     h2d_peak_gbps: float | None = None  # pinned host-to-device GB/s of the device, measured before the trials
+    h2d_peaks_gbps: list[float] | None = None  # with several ranks: each rank's own GPU (cuda:local_rank)
     reference: PairedReference | None = None  # the pick beside its shaped calibration, for check (docs/ci.md)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     loadtune_version: str = __version__
@@ -528,6 +556,12 @@ class ScanResult:
 
     def config_result(self, config: TrialConfig) -> ConfigResult | None:
         return next((c for c in self.configs if c.config == config), None)
+
+    def _repr_html_(self) -> str | None:
+        """Jupyter shows a result as the report (table, diagnosis, recommendation). The renderer lives in
+        the report layer, which the model may not import: it registers itself in ``RENDERERS``."""
+        render = RENDERERS.get("text/html")
+        return render(self) if render else None
 
     def to_dict(self) -> dict:
         return {
@@ -545,6 +579,7 @@ class ScanResult:
             "trials": [t.to_dict() for t in self.trials],
             "recommendation": self.recommendation.to_dict() if self.recommendation else None,
             "h2d_peak_gbps": self.h2d_peak_gbps,
+            "h2d_peaks_gbps": self.h2d_peaks_gbps,
             "stages": self.stages.to_dict() if self.stages else None,
             "reference": self.reference.to_dict() if self.reference else None,
         }
@@ -553,11 +588,7 @@ class ScanResult:
     def from_dict(cls, data: dict) -> "ScanResult":
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise ResultError("not a loadtune scan result (no 'schema': 'loadtune/scan' field)")
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ResultError(
-                f"schema version {data.get('schema_version')!r} is not the one this loadtune reads "
-                f"({SCHEMA_VERSION}); re-run the scan with this version"
-            )
+        data = migrated(data)
         if not isinstance(data.get("settings"), dict):
             raise ResultError("malformed scan result: 'settings' is missing or not an object")
         missing = [k for k in ("options", "device", "references") if k not in data["settings"]]
@@ -578,6 +609,7 @@ class ScanResult:
                 created=data["created"],
                 loadtune_version=data["loadtune_version"],
                 h2d_peak_gbps=data.get("h2d_peak_gbps"),
+                h2d_peaks_gbps=data.get("h2d_peaks_gbps"),
                 reference=PairedReference.from_dict(data.get("reference")),
             )
             _ = result.configs  # every estimate a report shows: a damaged figure is refused here, not mid-report

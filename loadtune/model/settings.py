@@ -18,7 +18,7 @@ OLDER_FILES = {"target_spread": 0.0, "reference_rounds": 0}
 
 @dataclass
 class ScanOptions:
-    """Every knob of a scan. Field names are also the keys of a spec's ``loadtune = {...}`` dict.
+    """Every knob of a scan. Field names are also the keys of a spec's ``loadtune_options = {...}``.
     Checked by ``engine.scan.validate_options``; ``engine.trial.measure.scan_timing`` turns them into
     the timing of each trial."""
 
@@ -52,6 +52,7 @@ class ScanOptions:
     max_memory: int | str | None = None  # configs whose peak host memory exceeds this are not recommended ("8G")
     diagnose: bool = True  # profile the stages once (where the time goes, the bound)
     reference_rounds: int = 4  # paired rounds of the pick and its shaped calibration, for check (0: none)
+    current: dict | str | None = None  # the user's own knobs ("num_workers=8,pin_memory=True"): measured, the gain's reference
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ScanOptions":
@@ -75,6 +76,7 @@ class ScanSettings:
     max_workers: int | None = None  # the most workers per rank the scan could try (the bound's I/O ceiling)
     ranks: dict[str, Any] | None = None  # several ranks per trial: how they were launched
     step: dict[str, Any] | None = None  # the calibrated synthetic step of ``step_ms``
+    current: str | None = None  # key of the config of ``options.current``: the gain is stated against it, not PyTorch's defaults
 
     @property
     def distributed(self) -> bool:

@@ -2,28 +2,113 @@
 
 from __future__ import annotations
 
+import os
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION, CheckResult
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import Trial, write_atomic
+from loadtune.report.text import rate
+
+
+@dataclass
+class Measured:
+    """One config the check measured, as a JUnit test case: what it is, its trials, and the verdict's
+    part in it (only the checked config carries the verdict)."""
+
+    name: str
+    config: TrialConfig
+    trials: list[Trial]
+    checked: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return sum(t.wall_s for t in self.trials)
+
+    @property
+    def rates(self) -> list[float]:
+        return [t.estimate.median for t in self.trials if t.ok and t.estimate is not None]
+
+
+def measured(result: CheckResult) -> list[Measured]:
+    """The check's trials by what they measured: PyTorch's defaults (once, first, unless they are the
+    checked config), then per paired round the config and its shaped calibration in the order the round
+    ran them (``config_first``, as ``engine.reference.paired_round`` alternates it)."""
+    trials = list(result.trials)
+    defaults = trials.pop(0) if len(trials) == 2 * len(result.rounds) + 1 else None
+    own, calibration = [], []
+    if len(trials) == 2 * len(result.rounds):
+        for i, paired in enumerate(result.rounds):
+            first, second = trials[2 * i], trials[2 * i + 1]
+            own.append(first if paired.config_first else second)
+            calibration.append(second if paired.config_first else first)
+    else:  # not a check's own trial list (hand-made): every trial of the config counts as its own
+        own = [t for t in result.trials if t.config == result.config]
+    label = result.config.label()
+    cases = [Measured(f"throughput {label}", result.config, own, checked=True),
+             Measured(f"shaped calibration ({label})", result.config, calibration)]
+    if defaults is not None:
+        cases.append(Measured(f"PyTorch's defaults {defaults.config.label()}", defaults.config, [defaults]))
+    return cases
+
+
+def testcase(case: Measured, result: CheckResult) -> tuple[str, str | None]:
+    """One ``<testcase>`` and its outcome tag: the checked config fails on a regression and errors when
+    the check could not decide (inconclusive, nothing measured: no verdict on the code); a context
+    config that measured nothing is skipped, since the verdict does not rest on it."""
+    tag, message, text = None, "", ""
+    if case.checked:
+        tag = {REGRESSION: "failure", INCONCLUSIVE: "error", NOTHING: "error"}.get(result.status)
+        message = result.reasons[0] if result.reasons else result.status
+        text = "; ".join(result.reasons) + "\n" + summary_line(result)
+        out = summary_line(result)
+    elif case.rates:
+        out = f"{case.name}: {rate(statistics.median(case.rates))} samples/s now, median of {len(case.rates)} trials"
+    else:
+        failed = next((t.error.message for t in case.trials if t.error), "it was not measured")
+        tag, message, out = "skipped", f"not measured: {failed.splitlines()[0]}", f"{case.name}: not measured"
+    body = ""
+    if tag == "skipped":
+        body = f"<skipped message={quoteattr(message)}/>"
+    elif tag:
+        body = f"<{tag} message={quoteattr(message)}>{escape(text)}</{tag}>"
+    xml = (f'  <testcase classname="loadtune.check" name={quoteattr(case.name)} time="{case.seconds:.1f}">{body}'
+           f"<system-out>{escape(out)}</system-out></testcase>\n")
+    return xml, tag
 
 
 def junit_xml(result: CheckResult) -> str:
-    """One testcase per checked config: a regression is a ``<failure>``; inconclusive and nothing
-    measured are ``<error>`` (the check could not decide, which is not a verdict on the code)."""
-    name = quoteattr(f"throughput {result.config.label()}")
-    tag = {REGRESSION: "failure", INCONCLUSIVE: "error", NOTHING: "error"}.get(result.status)
-    body = ""
-    if tag:
-        text = "; ".join(result.reasons) + "\n" + summary_line(result)
-        body = f'<{tag} message={quoteattr(result.reasons[0] if result.reasons else result.status)}>{escape(text)}</{tag}>'
+    """One test case per config the check measured (the checked one, its shaped calibration, PyTorch's
+    defaults), each with the seconds its trials took; see ``testcase`` for the outcomes."""
+    cases = [testcase(case, result) for case in measured(result)]
+    tags = [tag for _, tag in cases]
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n'
-        f'<testsuite name="loadtune" tests="1" failures="{int(tag == "failure")}" errors="{int(tag == "error")}" '
-        f'time="{result.wall_s:.1f}">\n'
-        f'  <testcase classname="loadtune.check" name={name} time="{result.wall_s:.1f}">{body}'
-        f'<system-out>{escape(summary_line(result))}</system-out></testcase>\n'
-        "</testsuite>\n"
+        f'<testsuite name="loadtune check" tests="{len(cases)}" failures="{tags.count("failure")}" '
+        f'errors="{tags.count("error")}" skipped="{tags.count("skipped")}" time="{result.wall_s:.1f}">\n'
+        + "".join(xml for xml, _ in cases)
+        + "</testsuite>\n"
     )
+
+
+def appends(path: Path, environ: Mapping[str, str] | None = None) -> bool:
+    """GitHub's job summary (``$GITHUB_STEP_SUMMARY``) is one file that every step appends to: written
+    over, it would lose what earlier steps wrote. Any other Markdown target is replaced."""
+    summary = (os.environ if environ is None else environ).get("GITHUB_STEP_SUMMARY")
+    return bool(summary) and Path(summary).resolve() == Path(path).resolve()
+
+
+def write_markdown(path: Path, text: str, environ: Mapping[str, str] | None = None) -> None:
+    """The Markdown summary: appended (after a blank line) to the job summary, written atomically elsewhere."""
+    if not appends(path, environ):
+        write_atomic(Path(path), text)
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(("\n" if f.tell() else "") + text)
 
 
 def change_text(result: CheckResult, dash: str) -> str:

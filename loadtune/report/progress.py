@@ -1,16 +1,26 @@
-"""The live progress display of a scan or check: trial n of N, elapsed and ETA, current best."""
+"""Progress of a scan or check while it runs.
+
+In a terminal: a live rich bar (trial n of N, elapsed and ETA, current best), gone when the scan ends.
+Anywhere else (a CI log, a pipe, a file, a notebook) a live bar prints nothing until the end, so there
+it is one plain line per trial instead (``LineProgress``): a five-minute scan in a CI job shows each
+trial as it finishes.
+"""
 
 from __future__ import annotations
 
+import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from loadtune.model.config import TrialConfig
+from loadtune.model.paired import PairedRound
 from loadtune.model.results import ScanResult, Trial
-from loadtune.report.text import rate
+from loadtune.report.check import round_line
+from loadtune.report.text import rate, spread_text
 
 
 class ProgressDisplay:
@@ -58,13 +68,119 @@ class ProgressDisplay:
         self.progress.update(self.task, description=f"reference for check: {rounds} paired rounds")
 
     def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None:
-        rec = result.recommendation
-        best = ""
-        if rec is not None:
-            best = f"best so far: {rec.best.label()} {rate(result.config_result(rec.best).estimate.median)}/s"
         if self.budget is not None and self.progress.tasks[0].total == self.budget:
-            self.progress.update(self.task, completed=min(self.budget, time.monotonic() - self.started), best=best)
+            self.progress.update(self.task, completed=min(self.budget, time.monotonic() - self.started), best=best_text(result))
         else:
-            self.progress.update(self.task, advance=1, best=best)
+            self.progress.update(self.task, advance=1, best=best_text(result))
 
 
+def best_text(result: ScanResult) -> str:
+    """The current pick and its samples/s, or nothing before one exists."""
+    rec = result.recommendation
+    picked = result.config_result(rec.best) if rec is not None else None
+    if picked is None or picked.estimate is None:
+        return ""
+    return f"best so far: {rec.best.label()} {rate(picked.estimate.median)}/s"
+
+
+def clock(seconds: float) -> str:
+    """``1:05`` or ``1:02:05``: elapsed time as a log reader scans it."""
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def trial_figure(trial: Trial) -> str:
+    """What a trial measured, or why it measured nothing (the first line of its error)."""
+    if trial.ok and trial.estimate is not None:
+        return f"samples/s {spread_text(trial.estimate)}"
+    why = trial.error.message.splitlines()[0] if trial.error and trial.error.message else trial.status
+    return f"failed: {why[:160]}"
+
+
+class LineProgress:
+    """A ScanObserver for logs: one plain line per finished trial (trial n of N, config, samples/s or
+    why it failed, elapsed), and one as each later phase starts. Written and flushed at once, so a CI
+    log shows a scan as it goes; no colour, no cursor movement."""
+
+    def __init__(self, stream: TextIO, now: Callable[[], float] = time.monotonic):
+        self.stream, self.now = stream, now
+        self.started = now()
+        self.planned: int | None = None
+        self.budget: float | None = None
+        self.done = 0
+
+    def __enter__(self) -> "LineProgress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def line(self, text: str) -> None:
+        self.stream.write(f"loadtune: {text} ({clock(self.now() - self.started)} elapsed)\n")
+        self.stream.flush()
+
+    def scan_started(self, result: ScanResult, planned: int | None, budget: float | None) -> None:
+        self.started, self.planned, self.budget = self.now(), planned, budget
+        self.done = len([t for t in result.trials if not t.round])  # a resumed scan's finished trials
+        plan = f"{planned} configs planned" if planned is not None else "adaptive search"
+        within = f", within a {budget:g} s budget" if budget else ""
+        resumed = f", {len(result.trials)} trials already measured" if result.trials else ""
+        self.line(f"scan of {result.spec.dataset_type} started: {plan}{within}{resumed}")
+
+    def trial_started(self, index: int, config: TrialConfig, round_: int) -> None:
+        pass
+
+    def trial_event(self, kind: str, payload: Any) -> None:
+        pass
+
+    def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None:
+        if trial.round:
+            what = f"confirming (round {trial.round})"
+        else:
+            self.done += 1
+            what = f"trial {self.done}/{self.planned}" if self.planned is not None else f"trial {self.done}"
+        self.line(f"{what}: {trial.config.label()}: {trial_figure(trial)}")
+
+    def profile_started(self) -> None:
+        self.line("profiling the stages: where the time goes")
+
+    def reference_started(self, rounds: int) -> None:
+        self.line(f"reference for check: {rounds} paired rounds of the pick and its shaped calibration")
+
+
+def in_jupyter() -> bool:
+    return Console().is_jupyter
+
+
+def scan_progress(stream: TextIO | None = None) -> ProgressDisplay | LineProgress:
+    """The live bar where ``stream`` (stderr by default) is a terminal; plain lines elsewhere. The
+    stream's own ``isatty`` decides, not rich's guess: FORCE_COLOR, often set in CI, would make rich
+    draw a live bar into a log file."""
+    stream = stream or sys.stderr
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    if terminal and not in_jupyter():
+        return ProgressDisplay(Console(file=stream))
+    return LineProgress(stream)
+
+
+class CheckProgress:
+    """``check`` round by round: each paired round as it ends, with the elapsed time; a first line
+    says what will be measured, so a log is not silent while PyTorch's defaults and round 1 run."""
+
+    def __init__(self, console: Console, now: Callable[[], float] = time.monotonic):
+        self.console, self.now = console, now
+        self.started = now()
+
+    def starting(self, config: TrialConfig, rounds: int, budget_s: float) -> None:
+        self.started = self.now()
+        defaults = "" if config.is_pytorch_default else "PyTorch's defaults once, then "
+        self.console.print(f"checking {config.label()}: {defaults}at least {rounds} paired rounds of the config and its shaped "
+                           f"calibration (more while undecided, up to {budget_s:g} s)", style="dim", highlight=False, soft_wrap=True)
+
+    def round_finished(self, index: int, paired: PairedRound) -> None:
+        self.console.print(f"{round_line(index, paired)}; {clock(self.now() - self.started)} elapsed", style="dim", highlight=False,
+                           soft_wrap=True)

@@ -73,9 +73,11 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
     table.add_column("status", no_wrap=True)
     noise = run_noise(result.configs)
     for row in rows:
-        cells = row_cells(row, rec, top, noise)
+        cells = row_cells(row, rec, top, noise, result.settings.current)
         table.add_row(*[cells[name] for name in ("rank", "config", "rate", *shown, "status")])
     parts = [spread_caption(noise) if key == "spread" else text for key, text in CAPTION_PARTS.items() if key not in dropped]
+    if result.settings.current is not None:
+        parts.insert(2, "current: your settings (--current)")
     if "wait" in shown:
         parts.append("wait: share of the time the step waited for data" + (
             " (the GPU's compute stream idle between steps)" if result.settings.device.startswith("cuda") else ""))
@@ -94,8 +96,9 @@ def spread_caption(noise: RunNoise) -> str:
     return "±: 95% interval of the median block of the runs measured (no config was repeated: run-to-run noise unknown)"
 
 
-def row_cells(row: Row, rec, top: float, noise: RunNoise = NOTHING_LEARNED) -> dict:
-    """Every cell a row can have, by column name; ``noise`` widens the ± into a long run's interval."""
+def row_cells(row: Row, rec, top: float, noise: RunNoise = NOTHING_LEARNED, current: str | None = None) -> dict:
+    """Every cell a row can have, by column name; ``noise`` widens the ± into a long run's interval;
+    ``current``: the key of the user's own settings (``--current``), marked."""
     if row.config is None:  # a knob value that was never run
         return {"rank": "", "config": Text(row.skip.what, style="dim"), "rate": "-", "bar": "", "start": "-",
                 "mem": "-", "wait": "-", "gbps": "-", "status": status_cell(row.status)}
@@ -106,6 +109,8 @@ def row_cells(row: Row, rec, top: float, noise: RunNoise = NOTHING_LEARNED) -> d
         label.append(" ★", style="bold yellow")
     if trial.config.is_pytorch_default:
         label.append(" default", style="dim")
+    if current is not None and trial.config.key == current:
+        label.append(" current", style="bold cyan")
     return {
         "rank": str(row.rank) if row.rank is not None else "",
         "config": label,
@@ -140,7 +145,7 @@ def rank_table(result: ScanResult, rows: list[Row] | None = None) -> Table:
     table.add_column("status", no_wrap=True)
     noise = run_noise(result.configs)
     for row in view_rows(result) if rows is None else rows:
-        cells = row_cells(row, rec, top, noise)
+        cells = row_cells(row, rec, top, noise, result.settings.current)
         config = row.config
         total = config.aggregate_rate if config else None
         slowest = config.slowest_rank_rate if config else None
@@ -242,10 +247,11 @@ def recommendation_panel(result: ScanResult) -> Panel:
     lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} "
                  + (f"(median of {est.n} blocks pooled from {runs} runs" if runs > 1 else f"(median of {est.n} blocks")
                  + ("; ± for a long run)\n" if noise.learned else "; ± of the blocks)\n"))
-    if rec.speedup is not None and rec.baseline != rec.config:
+    if result.settings.current is not None:
+        lines.append(current_text(result, rec))
+    elif rec.speedup is not None and rec.baseline != rec.config:
         base = result.config_result(rec.baseline).estimate
-        how = (f"measured side by side in {rec.speedup_rounds} round{'s' if rec.speedup_rounds != 1 else ''}"
-               if rec.speedup_rounds else "from figures measured at different times")
+        how = speedup_how(rec)
         lines.append(
             f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
             f"at batch size {rec.baseline.batch_size}), {how}, 95% interval {rec.speedup_low:.2f}×–"
@@ -279,9 +285,35 @@ def recommendation_panel(result: ScanResult) -> Panel:
     if result.state != "complete":
         lines.append(f"Partial scan ({result.state}): {len(result.trials)} trials finished.\n", style="yellow")
     opts = result.settings.options
-    code = snippet(rec.config, opts.shuffle and not result.spec.iterable, opts.drop_last, result.spec.has_collate_fn,
-                   distributed=result.settings.distributed and not result.spec.iterable)
+    spec = result.spec
+    code = snippet(rec.config, opts.shuffle and not spec.iterable, opts.drop_last, spec.has_collate_fn,
+                   distributed=result.settings.distributed and not spec.iterable, loader=spec.loader,
+                   loader_name=spec.loader_name, loader_args=tuple(spec.loader_args),
+                   batch_size=not any(s.what == "batch_size" for s in result.skipped))
     return Panel(Group(lines, Syntax(code, "python", theme="ansi_dark", background_color="default")), title="Recommendation", border_style="green")
+
+
+def speedup_how(rec) -> str:
+    """How the gain was measured: side by side in closing rounds, or from trials taken apart."""
+    return (f"measured side by side in {rec.speedup_rounds} round{'s' if rec.speedup_rounds != 1 else ''}"
+            if rec.speedup_rounds else "from figures measured at different times")
+
+
+def current_text(result: ScanResult, rec) -> str:
+    """The panel's line against the user's own settings (``--current``): the gain over them, measured
+    as the gain over PyTorch's defaults is, or "keep what you have"."""
+    mine = next((c for c in result.configs if c.config.key == result.settings.current), None)
+    if mine is None or not mine.ok:
+        return "Your current settings could not be measured (see their row): no gain over them is stated.\n"
+    label = mine.config.label()
+    if rec.config == mine.config:
+        return (f"Keep what you have: your current settings ({label}) are as fast as any config measured, "
+                "within the noise.\n")
+    if rec.speedup is None:
+        return f"Your current settings: {label}.\n"
+    how = speedup_how(rec)
+    return (f"{rec.speedup:.2f}× your current settings ({label}: {rate(mine.estimate.median)} samples/s), {how}, "
+            f"95% interval {rec.speedup_low:.2f}×–" + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n"))
 
 
 def print_report(console: Console, result: ScanResult, rows: list[Row] | None = None) -> None:

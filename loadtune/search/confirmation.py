@@ -29,7 +29,7 @@ def confirmation(result: ScanResult, rounds: int, noise_floor: float, seed: int)
         return []
     best = max(tied, key=lambda c: c.estimate.median)
     chosen = tied[: MAX_CONFIRM - 1] + ([best] if best not in tied[: MAX_CONFIRM - 1] else [])
-    default = baseline_for(search, tied[0].config.batch_size)
+    default = baseline_for(search, tied[0].config.batch_size, result.settings.current)  # the user's --current, if any
     partner = best_with_workers(search) if default is tied[0] else default
     chosen += [c for c in (default, partner) if c is not None and c not in chosen]
     if len(chosen) < 2:

@@ -58,4 +58,4 @@ def large():
 
 
 dataset = cpu
-loadtune = {"batch_size": 32}
+loadtune_options = {"batch_size": 32}

@@ -41,4 +41,4 @@ def tensor():
 
 
 dataset = python_objects
-loadtune = {"batch_size": 16}
+loadtune_options = {"batch_size": 16}

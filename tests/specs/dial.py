@@ -25,5 +25,5 @@ def dataset():
     return Dial()
 
 
-loadtune = {"batch_size": 32, "workers": [0, 1, 2], "prefetch": [2], "persistent": True,
+loadtune_options = {"batch_size": 32, "workers": [0, 1, 2], "prefetch": [2], "persistent": True,
             "warmup": 0.3, "block_time": 0.2, "blocks": 4, "min_blocks": 3}

@@ -18,4 +18,4 @@ def dataset():
     return Faulty()
 
 
-loadtune = {"batch_size": 16, "shuffle": False}
+loadtune_options = {"batch_size": 16, "shuffle": False}

@@ -20,4 +20,4 @@ def dataset():
     return HangsInWorkers()
 
 
-loadtune = {"batch_size": 8}
+loadtune_options = {"batch_size": 8}

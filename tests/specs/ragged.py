@@ -16,4 +16,4 @@ def dataset():
     return Ragged()
 
 
-loadtune = {"batch_size": 8}
+loadtune_options = {"batch_size": 8}

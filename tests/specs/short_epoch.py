@@ -16,4 +16,4 @@ def dataset():
     return Ten()
 
 
-loadtune = {"batch_size": 4}
+loadtune_options = {"batch_size": 4}

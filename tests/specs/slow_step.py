@@ -22,4 +22,4 @@ def step(batch):
     time.sleep(0.02)
 
 
-loadtune = {"batch_size": 32}
+loadtune_options = {"batch_size": 32}

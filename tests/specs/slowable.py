@@ -24,5 +24,5 @@ def dataset():
     return Records()
 
 
-loadtune = {"batch_size": 16, "workers": [0, 1], "prefetch": [2], "persistent": True,
+loadtune_options = {"batch_size": 16, "workers": [0, 1], "prefetch": [2], "persistent": True,
             "warmup": 0.2, "block_time": 0.1, "blocks": 3}

@@ -20,4 +20,4 @@ def dataset():
     return Squares()
 
 
-loadtune = {"batch_size": 32}
+loadtune_options = {"batch_size": 32}

@@ -26,7 +26,7 @@ def sharded():
     return Stream(shard=True)
 
 
-loadtune = {"batch_size": 16}
+loadtune_options = {"batch_size": 16}
 
 
 def long_sharded():

@@ -21,4 +21,4 @@ def dataset():
     return BusErrorInWorkers()
 
 
-loadtune = {"batch_size": 8}
+loadtune_options = {"batch_size": 8}

@@ -21,4 +21,4 @@ def dataset():
     return DiesInWorkers()
 
 
-loadtune = {"batch_size": 8, "shuffle": False}
+loadtune_options = {"batch_size": 8, "shuffle": False}

@@ -180,12 +180,15 @@ def run_ranks(run: TrialRun) -> TrialError | None:
     setup = run.request.ranks
     if setup is None:
         raise ValueError("run_ranks without ranks: build the request with with_ranks")
+    if run.request.device.startswith("cuda") and setup.start_method == "fork":  # see layout.rank_start_method
+        raise ValueError("ranks on a CUDA device must not be forked: build the setup with layout.setup_for")
     ctx = multiprocessing.get_context(setup.start_method)
     pairs = [ctx.Pipe() for _ in range(setup.nproc_per_node)]
     relay = Relay([a for a, _ in pairs], run.conn, setup)
     thread = threading.Thread(target=relay.run, name="loadtune-relay", daemon=True)
     thread.start()
-    target = run.spec if setup.start_method == "fork" else run.source  # forked ranks inherit the loaded spec
+    # forked ranks inherit the loaded spec; spawned ones load the file, or unpickle the in-memory objects
+    target = run.spec if setup.start_method == "fork" else run.source
     failures: dict = {}
     try:
         elastic_launch(launch_config(setup, run.files), rank_main)(target, run.request, [b for _, b in pairs], time.time())

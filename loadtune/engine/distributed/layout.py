@@ -3,8 +3,8 @@
 A node training on 8 GPUs runs 8 loaders that share its cores, memory and /dev/shm; one loader tuned
 alone and copied to every rank oversubscribes the node. So each trial runs as many loaders as the
 training runs ranks on this node (``agent`` launches them, ``rank`` is what each runs), and this
-module decides the launch: ``setup_for`` turns the options into a ``RankSetup`` (gloo on CPU, NCCL
-and fresh interpreters with one GPU per rank), ``validate`` refuses impossible layouts before any
+module decides the launch: ``setup_for`` turns the options into a ``RankSetup`` (forked ranks on the
+CPU, fresh interpreters with one GPU each on CUDA), ``validate`` refuses impossible layouts before any
 work, and ``adopt_launcher`` takes the layout from torchrun when loadtune runs under it. Multi-node:
 each node tunes its own ranks (its shards sized for the whole job); ``gather_nodes`` brings the
 nodes' picks to node 0 for one per-node summary.
@@ -19,7 +19,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.protocol import RankSetup
 
 LAUNCHER_VARS = (
@@ -49,15 +48,25 @@ def rank_threads(environ=os.environ) -> int:
 
 
 def setup_for(nproc_per_node: int, nnodes: int, node_rank: int, device: str, window_s: float,
-              source: SpecRef | LoadedSpec) -> RankSetup | None:
-    """The launch of each trial's ranks, or None for a single loader (one rank on one node)."""
+              source: object = None) -> RankSetup | None:
+    """The launch of each trial's ranks, or None for a single loader (one rank on one node). ``source``
+    decides nothing (the device alone decides how ranks start); it is accepted for older callers."""
     if nproc_per_node == 1 and nnodes == 1:
         return None
-    cuda = device.startswith("cuda")
-    # CUDA cannot be used in a process forked from one that touched it: fresh interpreters, as torchrun
-    # starts; objects built in the caller's process (not a spec file) can only be inherited by fork
-    method = "spawn" if cuda and isinstance(source, SpecRef) else "fork"
-    return RankSetup(nproc_per_node, nnodes, node_rank, "nccl" if cuda else "gloo", window_s, method, rank_threads())
+    return RankSetup(nproc_per_node, nnodes, node_rank, BARRIER_BACKEND, window_s, rank_start_method(device),
+                     rank_threads())
+
+
+BARRIER_BACKEND = "gloo"  # the ranks' only collectives are the barriers (``rank.join_group`` says why gloo)
+
+
+def rank_start_method(device: str) -> str:
+    """How the agent starts ranks. On CUDA never fork: CUDA fails in a child forked from a process that
+    initialised it, and the agent has, whatever the trial did: torch's ``LaunchConfig`` calls
+    ``torch.cuda.is_available()`` while it is built. So fresh interpreters, as torchrun starts; an
+    in-memory spec reaches them pickled (``scan.prepare`` checks it pickles). On the CPU, fork: fast,
+    and objects that do not pickle are inherited."""
+    return "spawn" if device.startswith("cuda") else "fork"
 
 
 def validate(nproc_per_node: Any, nnodes: Any, node_rank: Any, gpus: int, device: str | None,

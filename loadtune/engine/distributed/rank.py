@@ -1,17 +1,17 @@
 """One rank of a trial of several, started by the agent: its shard, its loader, the shared window.
 
-Each rank does what a rank of the user's DDP training would: it joins the process group, builds its
-loader over its shard (``DistributedSampler`` for map-style datasets; an ``IterableDataset`` shards
-itself by ``RANK``/``WORLD_SIZE``, set to the job's global values) and runs ``measure`` with a
-``Shard``: barriers before start-up, after warm-up and after a window of fixed length, never inside a
-timed block, so that every rank times the same window. Its messages go to the agent through a pipe
+Each rank does what a rank of the user's DDP training would: it makes ``cuda:LOCAL_RANK`` its current
+device before anything else (on a GPU node), joins the process group, builds its loader over its
+shard (``DistributedSampler`` for map-style datasets; an ``IterableDataset`` shards itself by
+``RANK``/``WORLD_SIZE``, set to the job's global values) and runs ``measure`` with a ``Shard``:
+barriers before start-up, after warm-up and after a window of fixed length, never inside a timed
+block, so that every rank times the same window. Its messages go to the agent through a pipe
 of its own. A barrier that fails is told apart (``PeerLost``) from the rank's own failure: losing a
 peer is usually a consequence, and the agent names the rank that caused it.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import time
 from collections.abc import Callable
@@ -57,30 +57,42 @@ def own_pipe(conns: list, local_rank: int) -> Any:
     return conns[local_rank]
 
 
-def join_group(setup: RankSetup, rank: int, request: TrialRequest, device, launched: float) -> Any:
-    """Join the job's process group; returns the group the barriers run on (None: the default)."""
+def rank_device(device: str, local_rank: int) -> Any:
+    """This rank's device, made current before anything else runs here: ``cuda:LOCAL_RANK`` as under
+    DDP (so whatever CUDA the spec, its dataset or its workers touch lands on this rank's own GPU, not
+    on GPU 0), or the CPU."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return torch.device("cpu")
+    mine = torch.device("cuda", local_rank)
+    torch.cuda.set_device(mine)
+    return mine
+
+
+def join_group(setup: RankSetup, rank: int, request: TrialRequest, launched: float) -> None:
+    """Join the job's process group, the one the barriers run on: the ranks' only collectives. It is
+    gloo on a GPU node too: a gloo barrier that times out raises here, so the verdict names the rank
+    that never came, where NCCL's watchdog would abort this waiting rank; and no NCCL communicator
+    takes GPU memory the loader's figures would then include."""
     import torch.distributed as dist
 
     # a barrier gives up on a rank that hangs well before the runner's hard limit, so the message names it
     timeout = timedelta(seconds=max(10.0, 0.5 * (request.timing.max_s - (time.time() - launched))))
-    bind = device.type == "cuda" and "device_id" in inspect.signature(dist.init_process_group).parameters
-    dist.init_process_group(setup.backend, timeout=timeout, **({"device_id": device} if bind else {}))
+    dist.init_process_group(setup.backend, timeout=timeout)
     # what the user's dataset (an IterableDataset sharding itself) sees: the job's global layout
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(setup.world_size), GROUP_RANK=str(setup.node_rank),
                       GROUP_WORLD_SIZE=str(setup.nnodes))
-    # The barriers run on gloo even under NCCL: a gloo barrier that times out raises here, so the
-    # verdict names the rank that never came, where NCCL's watchdog would abort this waiting rank.
-    return dist.new_group(backend="gloo", timeout=timeout) if setup.backend == "nccl" else None
 
 
-def barrier_on(group: Any, emit: Callable[[Kind, Any], None]) -> Callable[[str], None]:
+def barrier_on(emit: Callable[[Kind, Any], None]) -> Callable[[str], None]:
     """The shard's barrier: the agent hears which barrier this rank reached, a failed one is PeerLost."""
     import torch.distributed as dist
 
     def barrier(name: str) -> None:
         emit(Kind.BARRIER, name)
         try:
-            dist.barrier(group=group)
+            dist.barrier()
         except Exception as exc:
             raise PeerLost(name, exc) from exc
 
@@ -112,10 +124,10 @@ def rank_main(source: SpecRef | LoadedSpec, request: TrialRequest, conns: list, 
     emit = lambda kind, payload=None: conn.send(Message(Kind(kind), payload))
     spec = None
     try:
+        device = rank_device(request.device, local_rank)  # first: nothing may reach another rank's GPU
         torch.set_num_threads(setup.threads)
-        device = torch.device(f"cuda:{local_rank}") if request.device.startswith("cuda") else torch.device("cpu")
-        group = join_group(setup, rank, request, device, launched)
-        spec = load_spec(source) if isinstance(source, SpecRef) else source
+        join_group(setup, rank, request, launched)
+        spec = load_spec(source, prepare_data=False) if isinstance(source, SpecRef) else source  # prepared by the scan
         # the soft limit counts from the launch, as the runner's hard one does: rendezvous and start-up use it up too
         timing = replace(request.timing, max_s=request.timing.max_s - (time.time() - launched))
 
@@ -123,7 +135,7 @@ def rank_main(source: SpecRef | LoadedSpec, request: TrialRequest, conns: list, 
             emit(Kind.MEMORY, tree_memory(os.getpid(), include_parent=False)[0])  # untimed: the window is over
             await_sample(conn, ACK_WAIT_S)
 
-        shard = Shard(rank, setup.world_size, barrier_on(group, emit), setup.window_s)
+        shard = Shard(rank, setup.world_size, barrier_on(emit), setup.window_s)
         measure(spec, request.config, device, timing, request.options, emit, measured, workload=request.workload, shard=shard)
         emit(Kind.DONE)
     except BaseException as exc:

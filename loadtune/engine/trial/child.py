@@ -74,7 +74,7 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
     try:
         multiprocessing.set_start_method(request.start_method, force=True)
         loading = time.perf_counter()
-        spec = load_spec(source) if isinstance(source, SpecRef) else source
+        spec = load_spec(source, prepare_data=False) if isinstance(source, SpecRef) else source  # downloads ran in the scan's process
         # the soft limit counts from here, as the parent's hard one does: a slow dataset build uses it up too
         timing = replace(request.timing, max_s=request.timing.max_s - (time.perf_counter() - loading))
         run = TrialRun(source, spec, replace(request, timing=timing), conn, scratch_dir(log_path))

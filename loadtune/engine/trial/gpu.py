@@ -18,14 +18,21 @@ from loadtune.model.results import GPUUsage
 
 
 def identity(device: torch.device) -> dict:
-    """What the parent needs to find this device in NVML: its UUID (device order and
-    CUDA_VISIBLE_DEVICES make CUDA's index differ from NVML's) and the CUDA index."""
+    """What the parent needs to find this device in NVML (``nvml.handle_for``): its UUID as CUDA
+    reports it (bare hex; NVML prefixes it ``GPU-`` or, for a MIG instance, ``MIG-``) and its PCI bus
+    id. CUDA's index is kept for the record only: NVML numbers devices differently."""
     props = torch.cuda.get_device_properties(device)
     uuid = getattr(props, "uuid", None)
-    text = str(uuid) if uuid is not None else None
-    if text and not text.startswith("GPU-"):
-        text = "GPU-" + text
-    return {"uuid": text, "index": device.index}
+    return {"uuid": str(uuid) if uuid is not None else None, "pci_bus_id": pci_bus_id(props), "index": device.index}
+
+
+def pci_bus_id(props) -> str | None:
+    """``"00000000:3B:00.0"``, NVML's form, from CUDA's device properties (None on a torch without them)."""
+    parts = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if any(not isinstance(p, int) or p < 0 for p in parts):
+        return None
+    domain, bus, dev = parts
+    return f"{domain:08X}:{bus:02X}:{dev:02X}.0"
 
 
 def reset_peaks(device: torch.device) -> None:

@@ -18,7 +18,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -145,16 +145,17 @@ class Ending(Enum):
 @dataclass
 class Watch:
     """What the parent measures of a running trial from outside it: the tree's memory, and the GPU's
-    utilisation (NVML, when the trial runs on a CUDA device and NVML works). Both follow the trial's
-    phases: sparse while blocks are timed, one sample forced at steady state."""
+    utilisation (NVML, when the trial runs on a CUDA device and NVML works; with several ranks, each
+    rank's own GPU). Both follow the trial's phases: sparse while blocks are timed, one sample forced
+    at steady state."""
 
     memory: MemorySampler
-    gpu: UtilisationSampler | None = None
+    gpus: dict = field(default_factory=dict)  # (rank, local rank) or None -> UtilisationSampler of its GPU
 
     def see(self, message: Message, conn) -> None:
         kind = message.kind
-        if kind is Kind.DEVICE and self.gpu is None:  # with several ranks: the first rank's GPU
-            self.gpu = UtilisationSampler.for_device(message.payload.get("uuid"), message.payload.get("index"))
+        if kind is Kind.DEVICE:
+            self.watch_gpu(message)
         elif kind is Kind.STARTUP and self.memory.startup_index is None:
             self.memory.mark_startup()  # the (first rank's) workers are up: warm-up is untimed
         elif kind is Kind.WARMUP:
@@ -164,21 +165,31 @@ class Watch:
             self.memory.maybe_sample(force=True)  # steady state, nothing timed now
             conn.send(Message(Kind.ACK))
 
+    def watch_gpu(self, message: Message) -> None:
+        key = None if message.rank is None else (message.rank, message.local_rank)
+        found = message.payload
+        sampler = UtilisationSampler.for_device(found.get("uuid"), found.get("index"), found.get("pci_bus_id"))
+        if sampler is not None and key not in self.gpus:
+            self.gpus[key] = sampler
+
     def set_timed(self, timed: bool) -> None:
         self.memory.timed = timed
-        if self.gpu is not None:
-            self.gpu.timed = timed
+        for sampler in self.gpus.values():
+            sampler.timed = timed
 
     def tick(self) -> None:
         self.memory.maybe_sample()
-        if self.gpu is not None:
-            self.gpu.maybe_sample()
+        for sampler in self.gpus.values():
+            sampler.maybe_sample()
 
     def record(self, trial: Trial) -> None:
         trial.memory = self.memory.result()
-        if self.gpu is not None and self.gpu.samples:
-            trial.gpu = trial.gpu or GPUUsage()
-            trial.gpu.utilisation = self.gpu.samples
+        for key, sampler in self.gpus.items():
+            if not sampler.samples:
+                continue
+            figures = trial if key is None else trial.rank_figures(*key)
+            figures.gpu = figures.gpu or GPUUsage()
+            figures.gpu.utilisation = sampler.samples
 
 
 class TrialProcess:

@@ -22,13 +22,14 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from loadtune.engine.loaders import LoaderError
 from loadtune.engine.spec import LoadedSpec
 from loadtune.engine.trial import gpu
 from loadtune.engine.trial.cpu import tree_cpu_s
 from loadtune.engine.trial.faults import DuplicateDetector
 from loadtune.engine.trial.idle import GPUIdleClock
 from loadtune.engine.trial.prefetch import CUDAPrefetcher
-from loadtune.engine.trial.transfer import batch_info, batch_size_of, move_to, nbytes_of
+from loadtune.engine.trial.transfer import batch_info, batch_size_of, move_to, nbytes_of, unmoved_note
 from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
 from loadtune.model.estimate import estimate
@@ -105,20 +106,14 @@ class ConsumerError(Exception):
     """Moving a batch to the device or the spec's ``step`` raised: not the dataset's fault."""
 
 
-def make_loader(spec: LoadedSpec, config: TrialConfig, options: LoaderOptions, shard: Shard | None = None) -> DataLoader:
-    shuffle = options.shuffle and not spec.iterable
-    if shard is not None and not spec.iterable:  # the sampler shuffles; an IterableDataset shards itself by rank
-        return DataLoader(spec.dataset, sampler=shard.sampler(spec.dataset, options), drop_last=options.drop_last,
-                          collate_fn=spec.collate_fn, **config.loader_kwargs())
-    generator = torch.Generator().manual_seed(options.seed) if shuffle else None
-    return DataLoader(
-        spec.dataset,
-        shuffle=shuffle,
-        drop_last=options.drop_last,
-        collate_fn=spec.collate_fn,
-        generator=generator,
-        **config.loader_kwargs(),
-    )
+def make_loader(spec: LoadedSpec, config: TrialConfig, options: LoaderOptions, shard: Shard | None = None) -> Any:
+    """The loader of one trial: loadtune's DataLoader over the spec's dataset (with its extra arguments;
+    a rank's shard through DistributedSampler), or the user's own loader built with the config's knobs."""
+    sampler = shard.sampler(spec.dataset, options) if shard is not None and not spec.iterable and not spec.own_order else None
+    try:
+        return spec.build_loader(config.loader_kwargs(), options.shuffle, options.drop_last, options.seed, sampler)
+    except LoaderError as exc:
+        raise TrialFailure(str(exc)) from None
 
 
 class Consumer:
@@ -206,14 +201,15 @@ def open_device(device: torch.device) -> None:
 
 
 class SampleCounter:
-    """Samples per batch. For map-style datasets it is exact from the epoch position (the last batch
-    is short unless ``drop_last``); otherwise it is read off the batch, ``batch_size`` as fallback."""
+    """Samples per batch. For map-style datasets under loadtune's own sampler it is exact from the epoch
+    position (the last batch is short unless ``drop_last``); otherwise (streams, the user's own sampler,
+    batch_sampler or loader, pre-batched streams) it is read off the batch, ``batch_size`` as fallback."""
 
     def __init__(self, spec: LoadedSpec, config: TrialConfig, drop_last: bool, length: int | None = None):
         self.batch_size = config.batch_size
         self.position = 0
         self.per_epoch = None
-        n = None if spec.iterable else length if length is not None else spec.length  # a rank: its shard
+        n = None if spec.iterable or spec.own_order else length if length is not None else spec.length  # a rank: its shard
         if n is not None:
             full, rest = divmod(n, config.batch_size)
             self.per_epoch = full if drop_last or rest == 0 else full + 1
@@ -432,6 +428,11 @@ def measure(
     emit("startup", meter.startup())
     first = batch_info(meter.pending)
     emit("batch", first)
+    unmoved = unmoved_note(meter.pending) if config.transfer != "none" else None
+    if unmoved:  # nothing reaches the device: the copy's figures would silently read 0
+        emit("warning", unmoved)
+    if not spec.batch_knob and spec.batch_size is None:  # a pre-batched stream: its size was declared
+        size_warning(meter.pending, config.batch_size, emit)
     warm_up(meter, spec, config, timing, deadline, emit)
     enough = timing.enough
     if shard is not None:  # every rank measures the same window, whatever its own spread
@@ -448,13 +449,22 @@ def measure(
     del meter  # with it the loader: shut workers down inside the trial, not in the interpreter's exit
 
 
+def size_warning(batch: Any, batch_size: int, emit: Callable[[str, Any], None]) -> None:
+    """A loader that batches by itself: say so when its first batch is not of the batch size the scan
+    was given (samples are counted from the batches either way)."""
+    n = batch_size_of(batch)
+    if n is not None and n != batch_size:
+        emit("warning", f"the loader's first batch holds {n} samples, not the batch size {batch_size} the scan was given: "
+                        f"samples/s counts what arrives, but labels and check's calibration use {batch_size}; set batch_size to {n}")
+
+
 def build_meter(spec: LoadedSpec, config: TrialConfig, device: torch.device, timing: Timing,
                 options: LoaderOptions, workload: StepWorkload | None, shard: Shard | None) -> Meter:
     """The trial's consumer and loader (a prefetcher over it with the ``stream`` strategy) in a Meter;
     the device's memory peaks count from here, once both are built."""
     consumer = make_consumer(spec, config, device, workload.build(device) if workload else None)
     loader = make_loader(spec, config, options, shard)
-    shard_length = len(loader.sampler) if shard is not None and not spec.iterable else None
+    shard_length = len(loader.sampler) if shard is not None and not spec.iterable and not spec.own_order else None
     source = loader
     if config.transfer == "stream":  # the closing device sync of each block also waits for its pending copy
         source = consumer.source = TrialPrefetcher(loader, device)

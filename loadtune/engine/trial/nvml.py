@@ -4,11 +4,16 @@ NVML reads what CUDA does not: utilisation, the driver version, the PCIe link. I
 driver without creating a CUDA context, so the scan's parent process can sample a trial's GPU from
 outside it. Without the package, the library or a driver there are no figures, never a crash: every
 query here returns None instead of raising.
+
+A device is found by what CUDA and NVML agree on, never by index: CUDA numbers devices fastest
+first (unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``) and renumbers them under ``CUDA_VISIBLE_DEVICES``,
+NVML numbers them by PCI bus. CUDA reports a UUID without NVML's prefix, which is ``GPU-`` for a
+whole GPU and ``MIG-`` for a MIG instance, so both are tried; then the PCI bus id.
 """
 
 from __future__ import annotations
 
-import os
+import atexit
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +31,8 @@ def nvml() -> Any | None:
 
             pynvml.nvmlInit()
             _nvml = pynvml
+            atexit.unregister(shutdown)
+            atexit.register(shutdown)  # every successful nvmlInit is paired with one nvmlShutdown
         except Exception as exc:  # noqa: BLE001 - ImportError, NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
             _nvml, _why = False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return _nvml or None
@@ -36,10 +43,20 @@ def unavailable() -> str | None:
     return None if nvml() is not None else _why
 
 
+def shutdown() -> None:
+    """Release NVML if this process initialised it; a later query initialises it again."""
+    global _nvml, _why
+    if _nvml:
+        try:
+            _nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - an old or fake module without it, a driver gone meanwhile
+            pass
+    _nvml, _why = None, None
+
+
 def reset() -> None:
     """Forget the first attempt (tests swap the module)."""
-    global _nvml, _why
-    _nvml, _why = None, None
+    shutdown()
 
 
 def query(name: str, *args: Any) -> Any | None:
@@ -59,13 +76,43 @@ def device_count() -> int:
 
 
 def handle(index: int | None = None, uuid: str | None = None) -> Any | None:
-    """A device handle by UUID (what CUDA and NVML agree on whatever the device order), else by
-    NVML index."""
-    if uuid:
-        found = query("nvmlDeviceGetHandleByUUID", uuid)
+    """A device handle by UUID (see ``handle_for``), else by NVML's own index (NVML's numbering, which
+    is not CUDA's)."""
+    found = handle_for(uuid) if uuid else None
+    if found is None and index is not None:
+        found = query("nvmlDeviceGetHandleByIndex", index)
+    return found
+
+
+UUID_PREFIXES = ("GPU-", "MIG-")  # NVML's names: a whole GPU, a MIG instance
+
+
+def uuid_candidates(uuid: str) -> list[str]:
+    """NVML's possible names for a UUID as CUDA reports it (bare hex, or already prefixed)."""
+    bare = uuid.removeprefix("GPU-").removeprefix("MIG-")
+    given = [uuid] if uuid.startswith(UUID_PREFIXES) else []
+    return list(dict.fromkeys(given + [prefix + bare for prefix in UUID_PREFIXES]))
+
+
+def handle_for(uuid: str | None, pci_bus_id: str | None = None) -> Any | None:
+    """The NVML handle of the device CUDA knows by ``uuid`` (a whole GPU or a MIG instance), else by
+    its PCI bus id (``"00000000:3B:00.0"``: for a MIG instance, that is its whole GPU). Never by
+    index (see the module's note)."""
+    for name in uuid_candidates(uuid) if uuid else []:
+        found = query("nvmlDeviceGetHandleByUUID", name)
         if found is not None:
             return found
-    return query("nvmlDeviceGetHandleByIndex", index) if index is not None else None
+    if pci_bus_id:
+        for function in ("nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetHandleByPciBusId"):
+            found = query(function, pci_bus_id)
+            if found is not None:
+                return found
+    return None
+
+
+def is_mig(dev: Any) -> bool:
+    """A MIG instance's handle (NVML reports no utilisation for those, nor for a GPU in MIG mode)."""
+    return bool(query("nvmlDeviceIsMigDeviceHandle", dev))
 
 
 def utilisation(dev: Any) -> int | None:
@@ -105,10 +152,13 @@ class UtilisationSampler:
     _last: float = -1e9
 
     @classmethod
-    def for_device(cls, uuid: str | None, index: int | None) -> UtilisationSampler | None:
-        """By UUID; by index only when CUDA_VISIBLE_DEVICES does not renumber the devices."""
-        dev = handle(None if os.environ.get("CUDA_VISIBLE_DEVICES") else index, uuid)
-        return cls(dev) if dev is not None else None
+    def for_device(cls, uuid: str | None, index: int | None = None,
+                   pci_bus_id: str | None = None) -> UtilisationSampler | None:
+        """The sampler of the device a trial reported (``gpu.identity``): found by UUID or PCI bus id,
+        never by CUDA's ``index``, which NVML numbers differently. None when NVML cannot find it or
+        reports no utilisation for it (``unsampled`` says why)."""
+        dev = handle_for(uuid, pci_bus_id)
+        return cls(dev) if dev is not None and not is_mig(dev) else None
 
     def maybe_sample(self) -> None:
         now = time.monotonic()
@@ -118,3 +168,28 @@ class UtilisationSampler:
         value = utilisation(self.dev)
         if value is not None:
             self.samples.append((round(now - self.start, 3), value))
+
+
+def unsampled(uuid: str | None, pci_bus_id: str | None = None) -> str | None:
+    """Why the utilisation of the device CUDA knows by ``uuid`` cannot be sampled, in words for the
+    report; None when it can."""
+    why = unavailable()
+    if why is not None:
+        return f"NVML is unavailable ({why})"
+    dev = handle_for(uuid, pci_bus_id)
+    if dev is None:
+        return f"NVML knows no device with UUID {uuid} or PCI bus id {pci_bus_id}"
+    if is_mig(dev):
+        return "the device is a MIG instance, for which NVML reports no utilisation"
+    return None
+
+
+def utilisation_notes(devices: list[dict]) -> list[str]:
+    """Which devices (``gpu.identity``'s answers) the trials cannot sample the utilisation of, and why:
+    one note per reason."""
+    by_reason: dict[str, list[str]] = {}
+    for found in devices:
+        why = unsampled(found.get("uuid"), found.get("pci_bus_id"))
+        if why is not None:
+            by_reason.setdefault(why, []).append(f"cuda:{found.get('index')}")
+    return [f"GPU utilisation is not sampled on {', '.join(names)}: {why}" for why, names in by_reason.items()]

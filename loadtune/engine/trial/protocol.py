@@ -99,9 +99,9 @@ class RankSetup:
     nproc_per_node: int
     nnodes: int = 1
     node_rank: int = 0
-    backend: str = "gloo"  # gloo on CPU, nccl with one GPU per rank
+    backend: str = "gloo"  # the barriers' process group (gloo on GPU nodes too, see distributed.rank)
     window_s: float = 5.0  # the timed window every rank measures, aligned by barriers
-    start_method: str = "fork"  # how the agent starts ranks: fork on CPU (fast); spawn for CUDA
+    start_method: str = "fork"  # how the agent starts ranks: fork on CPU (fast); spawn for CUDA, never fork
     threads: int = 1  # torch intra-op threads per rank: torchrun's OMP_NUM_THREADS=1 unless the user set it
 
     @property
@@ -181,8 +181,12 @@ def add_cpu(trial: Trial, message: Message) -> None:
 
 
 def fullest_gpu(trial: Trial, message: Message) -> None:
-    """One loader's GPU; with one GPU per rank, the one whose allocator reserved the most."""
+    """One loader's GPU; with one GPU per rank, each rank's own, and as the trial's the one whose
+    allocator reserved the most (the same object: the parent's utilisation samples of that rank's GPU
+    land in both)."""
     usage: GPUUsage = message.payload
+    if message.rank is not None:
+        trial.rank_figures(message.rank, message.local_rank).gpu = usage
     if message.rank is None or trial.gpu is None or (usage.peak_reserved_bytes or 0) > (trial.gpu.peak_reserved_bytes or 0):
         trial.gpu = usage
 

@@ -1,0 +1,101 @@
+"""Timing the live training loop. The loop asks for a batch, trains on it, asks for the next: the
+time between two requests is the real step plus the wait for data, and the wait is the part spent
+inside the loader. A window is one config's stretch of that loop: its start-up (``iter`` and the wait
+for its first batch), a warm-up of the batches its workers made while starting (discarded: they
+arrive faster than the config can make them), then timed blocks, as in a scan's trial."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
+from loadtune.model.results import Block, Trial
+
+MIN_BLOCK_BATCHES = 2
+MAX_BLOCK_BATCHES = 256
+BLOCK_CV = 0.15  # a block holds enough batches that the step's own variation averages down to about this
+WARMUP_EXTRA = 2  # batches past the start-up backlog before timing starts
+
+
+def warmup_batches(config: TrialConfig) -> int:
+    """The backlog a config's workers build while it starts (``prefetch_factor`` batches each), and a
+    couple more: until they are consumed the loop runs ahead of the config's real pace."""
+    return (config.prefetch_factor or DEFAULT_PREFETCH) * config.num_workers + WARMUP_EXTRA
+
+
+def block_batches(steps: Sequence[float], interval: float, block_s: float) -> int:
+    """Batches per timed block: enough for ``block_s`` seconds at ``interval`` (the config's time per
+    batch in its warm-up), and enough that the step's own variation averages out: ``steps`` are the
+    per-batch step times seen so far, and a block of n batches varies about cv / sqrt(n), so a step
+    with a coefficient of variation cv asks for (cv / BLOCK_CV)^2 batches."""
+    by_time = math.ceil(block_s / interval) if interval > 0 else MIN_BLOCK_BATCHES
+    by_noise = 1
+    if len(steps) >= 3:
+        mean = statistics.fmean(steps)
+        if mean > 0:
+            by_noise = math.ceil((statistics.stdev(steps) / mean / BLOCK_CV) ** 2)
+    return max(MIN_BLOCK_BATCHES, min(MAX_BLOCK_BATCHES, max(by_time, by_noise)))
+
+
+@dataclass
+class Pending:
+    """The stretch being filled: a warm-up or a block."""
+
+    samples: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    wait: float = 0.0
+
+    def add(self, interval: float, wait: float, samples: int) -> None:
+        self.samples += samples
+        self.batches += 1
+        self.seconds += interval
+        self.wait += wait
+
+    def block(self) -> Block:
+        return Block(self.samples, self.batches, self.seconds, wait_s=self.wait)
+
+
+@dataclass
+class Window:
+    """One config measured on the live loop. ``warmup_left`` batches are discarded first (0: the loader
+    was already running at its pace), then blocks of ``block_batches`` batches are timed."""
+
+    config: TrialConfig
+    round: int
+    warmup_left: int
+    opened: float  # clock time the window began (start-up included)
+    startup_s: float | None = None
+    warmup: Block | None = None
+    block_batches: int = 0
+    blocks: list[Block] = field(default_factory=list)
+    intervals: list[float] = field(default_factory=list)  # this window's warm-up, per batch
+    pending: Pending = field(default_factory=Pending)
+
+    def add(self, interval: float, wait: float, samples: int) -> str | None:
+        """One batch's interval (request to next request) and the wait inside it. Returns "warmup" when
+        the warm-up has just ended (set ``block_batches`` then) and "block" when a block is full."""
+        self.pending.add(interval, wait, samples)
+        if self.warmup_left > 0:
+            self.intervals.append(interval)
+            self.warmup_left -= 1
+            return "warmup" if self.warmup_left == 0 else None
+        if self.block_batches and self.pending.batches >= self.block_batches:
+            return "block"
+        return None
+
+    def take(self) -> Block:
+        """The filled stretch, as a block, and a fresh one begun."""
+        block, self.pending = self.pending.block(), Pending()
+        return block
+
+    @property
+    def typical_interval(self) -> float:
+        return statistics.median(self.intervals) if self.intervals else 0.0
+
+    def trial(self, closed: float) -> Trial:
+        return Trial(self.config, "ok", startup_s=self.startup_s, warmup=self.warmup, blocks=list(self.blocks),
+                     wall_s=closed - self.opened, round=self.round)

@@ -1,0 +1,288 @@
+"""loadtune.autotune: tuning on the live training loop. The rules as pure functions (window sizes, the
+early stop, the budget, the shared order), then real DataLoaders with real worker processes over tiny
+data: an epoch that switches loaders several times delivers every index exactly once, in the
+sampler's order; an IterableDataset switches only at epoch boundaries; two gloo ranks decide together."""
+
+import collections
+import io
+import json
+import multiprocessing
+import time
+
+import pytest
+import torch
+from conftest import empty_result, fake_trial
+from rich.console import Console
+from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
+
+import loadtune
+from loadtune.live.forms import make_source
+from loadtune.live.meter import MIN_BLOCK_BATCHES, Window, block_batches, warmup_batches
+from loadtune.live.order import EpochOrder, Handout
+from loadtune.live.report import Cost, LiveReport, LoaderForm
+from loadtune.live.tuner import AutotuneError, Budget, LiveOptions, Tuner, make_search, not_the_bottleneck, search_space
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import Block, ScanResult, Trial
+from loadtune.report.scan import print_report
+
+# windows of a few batches: the tests check what autotune does, not what it measures
+QUICK = dict(workers=[0, 1, 2], block_batches=3, min_blocks=2, max_blocks=2, log=False)
+
+
+class Indices(Dataset):
+    """Sample i is the tensor i, after waiting ``delay`` s as on storage: loading stays the bottleneck
+    of a 1 ms step at every worker count tried, so tuning never stops early, and workers help."""
+
+    def __init__(self, n, delay=0.001):
+        self.n, self.delay = n, delay
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(self.delay)
+        return torch.tensor(i)
+
+
+class Reversed(Sampler):
+    """A user's sampler with an order of its own: every third index, backwards, then the rest."""
+
+    def __init__(self, n):
+        self.order = list(range(n - 1, -1, -3)) + [i for i in range(n) if (n - 1 - i) % 3]
+
+    def __iter__(self):
+        return iter(self.order)
+
+    def __len__(self):
+        return len(self.order)
+
+
+class Stream(IterableDataset):
+    """0..n-1, sharded between workers."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        info = get_worker_info()
+        first, step = (info.id, info.num_workers) if info else (0, 1)
+        return (torch.tensor(i) for i in range(first, self.n, step))
+
+
+def one_epoch(loader, step_s=0.001):
+    """The indices of one epoch, batch by batch, with a short 'training step' after each."""
+    out = []
+    for batch in loader:
+        time.sleep(step_s)
+        out.append(batch.tolist())
+    return out
+
+
+def flat(batches):
+    return [i for b in batches for i in b]
+
+
+# -- pure rules -------------------------------------------------------------------------------------
+
+def test_blocks_last_block_s_and_grow_with_the_steps_variation():
+    assert block_batches([0.01] * 10, interval=0.01, block_s=0.2) == 20  # by time
+    assert block_batches([], interval=0.5, block_s=0.2) == MIN_BLOCK_BATCHES  # never fewer than the minimum
+    steady = block_batches([0.010, 0.011, 0.009] * 5, interval=0.01, block_s=0.05)
+    noisy = block_batches([0.002, 0.030, 0.010] * 5, interval=0.01, block_s=0.05)
+    assert steady == 5 and noisy > 4 * steady  # a step that varies gets longer blocks
+
+
+def test_warmup_covers_the_start_up_backlog():
+    assert warmup_batches(TrialConfig(8, 0)) == 2
+    assert warmup_batches(TrialConfig(8, 4, prefetch_factor=3)) == 4 * 3 + 2
+
+
+def waited(config, share, samples=100, blocks=5):
+    """A window whose blocks of 1 s each delivered ``samples``, the loop waiting ``share`` of the time."""
+    return Trial(config, "ok", blocks=[Block(samples + i % 2, 10, 1.0, wait_s=share) for i in range(blocks)])
+
+
+def test_tuning_stops_when_the_loop_barely_waits_for_data():
+    assert not_the_bottleneck(waited(TrialConfig(8, 0), 0.01), 0.02) is not None
+    assert not_the_bottleneck(waited(TrialConfig(8, 0), 0.30), 0.02) is None
+    reason = not_the_bottleneck(waited(TrialConfig(8, 2, prefetch_factor=2), 0.015), 0.02)
+    assert "1.5%" in reason and "w2" in reason
+
+
+def tuner(workers=(0, 1, 2, 4), fixed=None, confirm=1):
+    options = LiveOptions(confirm=confirm)
+    space = search_space(8, dict(fixed or {}), LiveOptions(workers=list(workers)), cores=2)
+    return Tuner(empty_result(), make_search(space, options, False, cores=2, ranks=1, memory=2**34), options)
+
+
+def test_the_search_starts_at_pytorchs_defaults_and_stops_once_loading_is_not_the_bottleneck():
+    t = tuner()
+    first = t.next().config
+    assert first.num_workers == 0 and first.is_pytorch_default
+    t.record(waited(first, 0.4))  # the loop waited 40% of its time on the in-process loader
+    second = t.next().config
+    assert second.num_workers == 1 and second.persistent_workers  # persistent: it keeps the pick across epochs
+    t.record(waited(second, 0.005, samples=160))
+    assert t.next() is None and "not the bottleneck" in t.stop
+    assert t.decide().config == second
+
+
+def test_knobs_given_to_autotune_stay_fixed():
+    t = tuner(fixed={"num_workers": 2, "persistent_workers": False})
+    config = t.next().config
+    assert (config.num_workers, config.persistent_workers) == (2, False)
+
+
+def test_budget_and_options_refuse_nonsense():
+    assert Budget(100, None, 1).over(100, 0.0).startswith("the tuning budget (100 batches")
+    assert Budget(None, 5.0, 1).over(10, 4.9) is None
+    with pytest.raises(AutotuneError, match="tune_fraction"):
+        LiveOptions(tune_fraction=1.5).validate()
+    with pytest.raises(AutotuneError, match="tune_seconds"):
+        LiveOptions(tune_seconds=-1).validate()
+    with pytest.raises(AutotuneError, match="min_blocks"):
+        LiveOptions(min_blocks=5, max_blocks=3).validate()
+
+
+def test_autotune_refuses_what_it_cannot_load():
+    with pytest.raises(AutotuneError, match="needs a Dataset"):
+        loadtune.autotune(42)
+    with pytest.raises(AutotuneError, match="neither a DataLoader argument nor an autotune option"):
+        loadtune.autotune(Indices(10), batch_size=2, tune_fractoin=0.1)
+    with pytest.raises(AutotuneError, match="batch_size"):
+        loadtune.autotune(Indices(10), batch_size=0)
+
+
+def test_closed_handouts_pass_the_rest_of_the_order_on():
+    order = EpochOrder([[0, 1], [2, 3], [4, 5], [6, 7], [8]])
+    order.new_epoch()
+    first, second = Handout(order), Handout(order)
+    a = iter(first)
+    taken = [next(a), next(a)]  # a loader with workers asks ahead
+    first.close()
+    assert next(a, None) is None  # closed: it takes nothing more
+    taken += list(second)
+    assert taken == [[0, 1], [2, 3], [4, 5], [6, 7], [8]]
+    assert list(second.sizes) == [2, 2, 1]  # sizes wait, in order, until their batches are delivered
+    assert [first.delivered(), second.delivered(), second.delivered(), second.delivered()] == [2, 2, 2, 1]
+
+
+def test_the_report_is_a_scan_result_that_show_renders(tmp_path):
+    result = empty_result()
+    result.trials = [fake_trial(TrialConfig(8, 0), 1000), fake_trial(TrialConfig(8, 2, prefetch_factor=2), 3000)]
+    from loadtune.analysis.recommend import recommend
+
+    result.recommendation = recommend(result.trials)
+    report = LiveReport(result, "in-epoch", LoaderForm("dataset", ("shuffle",), shuffle=True), settled=True,
+                        config=result.recommendation.config, stop="the search is complete",
+                        cost=Cost(seconds=4.0, batches=300, samples=2400, loaders=3))
+    text = report.text()
+    assert "settled on w2 pf2 bs8" in text and "shuffle=True" in text and "num_workers=2" in text
+    assert report.lost_s == pytest.approx(4.0 - 2400 / 3000, rel=0.05)
+    report.save(tmp_path / "autotune.json")
+    console = Console(file=io.StringIO(), width=150)
+    print_report(console, ScanResult.load(tmp_path / "autotune.json"))
+    assert "w2 pf2 bs8" in console.file.getvalue()
+
+
+def test_a_window_warms_up_then_times_blocks():
+    w = Window(TrialConfig(8, 1, prefetch_factor=2), 0, warmup_left=2 * 1 + 2, opened=0.0)
+    events = [w.add(0.01, 0.001, 8) for _ in range(4)]
+    assert events == [None, None, None, "warmup"]
+    w.warmup, w.block_batches = w.take(), 3
+    assert [w.add(0.01, 0.0, 8) for _ in range(3)] == [None, None, "block"]
+    assert w.take() == Block(24, 3, pytest.approx(0.03), wait_s=0.0)
+
+
+def test_a_dataset_given_with_dataloader_arguments_is_tuned_inside_the_epoch():
+    source = make_source(Indices(10), 2, {"shuffle": True, "drop_last": True})
+    assert source.in_epoch and source.form.shuffle and source.form.drop_last
+    assert not make_source(Stream(10), 2, {}).in_epoch  # an IterableDataset's order lives in the dataset
+
+
+# -- real DataLoaders, real workers -------------------------------------------------------------
+
+def switched(loader):
+    """Loaders started while tuning (each a switch of config mid-epoch)."""
+    return loader.report().cost.loaders
+
+
+@pytest.mark.slow
+def test_shuffled_epoch_across_switches_yields_every_index_once():
+    torch.manual_seed(0)
+    loader = loadtune.autotune(Indices(240), batch_size=4, shuffle=True, **QUICK)
+    first = flat(one_epoch(loader))
+    assert loader.report().settled and switched(loader) >= 3  # several configs tried inside this epoch
+    assert sorted(first) == list(range(240)) and first != list(range(240))  # each index once, shuffled
+    second = flat(one_epoch(loader))  # settled: a plain DataLoader, a new shuffle
+    assert sorted(second) == list(range(240)) and second != first
+
+
+@pytest.mark.slow
+def test_a_users_sampler_keeps_its_order_across_switches():
+    sampler = Reversed(203)
+    loader = loadtune.autotune(Indices(203), batch_size=5, sampler=sampler, **QUICK)
+    batches = one_epoch(loader)
+    assert switched(loader) >= 3
+    assert flat(batches) == sampler.order  # the old loader's batches come before the new one's
+    assert [len(b) for b in batches] == [5] * 40 + [3]
+
+
+@pytest.mark.slow
+def test_drop_last_drops_only_the_short_last_batch():
+    loader = loadtune.autotune(Indices(203), batch_size=5, shuffle=True, drop_last=True, **QUICK)
+    batches = one_epoch(loader)
+    assert switched(loader) >= 3
+    indices = flat(batches)
+    assert all(len(b) == 5 for b in batches) and len(indices) == 200 == len(set(indices))
+
+
+@pytest.mark.slow
+def test_an_iterable_dataset_switches_at_epoch_boundaries_only(tmp_path):
+    loader = loadtune.autotune(Stream(120), batch_size=4, confirm=0, save=tmp_path / "a.json", **QUICK)
+    configs = []
+    for _ in range(5):
+        assert sorted(flat(one_epoch(loader))) == list(range(120))  # every epoch whole
+        configs.append(loader.config)
+    report = loader.report()
+    assert report.settled and report.mode == "across epochs"
+    tried = [t.config for t in report.trials]
+    assert len(tried) >= 2 and tried == configs[: len(tried)]  # one config per epoch
+    assert json.loads((tmp_path / "a.json").read_text())["recommendation"]["config"] == report.config.to_dict()
+
+
+def rank_main(rank, store, out):
+    """One of two ranks: its own shard through DistributedSampler; rank 1's step is 20 times slower
+    (20 ms a batch: loading, 8 ms a batch in one process, is its bottleneck only without workers)."""
+    import torch.distributed as dist
+    from torch.utils.data.distributed import DistributedSampler
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        data = Indices(160, delay=0.002)
+        loader = loadtune.autotune(data, batch_size=4, sampler=DistributedSampler(data, seed=1), **QUICK)
+        seen = flat(one_epoch(loader, step_s=0.001 if rank == 0 else 0.02))
+        report = loader.report()
+        trials = [(t.config.key, t.round, [(b.samples, b.batches, b.seconds) for b in t.blocks]) for t in report.trials]
+        out.put((rank, seen, trials, report.config.key, report.cost.loaders))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_try_the_same_configs_and_the_slowest_decides(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=rank_main, args=(r, tmp_path / "store", out)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    got = dict((r, rest) for r, *rest in (out.get(timeout=120) for _ in procs))
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    (seen0, trials0, pick0, loaders0), (seen1, trials1, pick1, _) = got[0], got[1]
+    assert trials0 == trials1 and pick0 == pick1 and loaders0 >= 2  # same configs, same blocks, same decision
+    assert sorted(seen0 + seen1) == list(range(160)) and not set(seen0) & set(seen1)  # each shard once
+    # rank 1 sleeps 20 ms per batch of 4: no block it times can exceed 200 samples/s, rank 0's could
+    assert all(s / sec <= 200 for _, _, blocks in trials0 for s, _, sec in blocks)
+    assert collections.Counter(len(b) for _, _, b in trials0)[2] == len(trials0)
