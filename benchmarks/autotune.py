@@ -27,6 +27,7 @@ import random
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -47,8 +48,9 @@ from storage_latency import StorageLatencyDataset  # noqa: E402
 
 ARCHETYPES = {
     # spec for the scan, the dataset of the training loop's epoch, batch size, the step's ms per batch
-    "cpu_bound": dict(spec=HERE / "archetypes" / "cpu_bound.py", make=CpuBoundDataset, length=4000, batch=32, step_ms=20),
-    "storage_latency": dict(spec=HERE / "archetypes" / "storage_latency.py", make=StorageLatencyDataset, length=6000,
+    # epochs of 300 and 500 batches: a few times what tuning takes, as a real epoch (often far longer) is
+    "cpu_bound": dict(spec=HERE / "archetypes" / "cpu_bound.py", make=CpuBoundDataset, length=9600, batch=32, step_ms=20),
+    "storage_latency": dict(spec=HERE / "archetypes" / "storage_latency.py", make=StorageLatencyDataset, length=16000,
                             batch=32, step_ms=10),
 }
 
@@ -153,13 +155,14 @@ def summarise(rounds: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--window", type=int, default=40, help="batches of each steady side-by-side window")
     parser.add_argument("--scan-budget", type=float, default=240.0, help="seconds for each scan")
     parser.add_argument("--archetypes", default=",".join(ARCHETYPES))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores, on purpose
     if args.quick:
         args.repeats, args.window, args.scan_budget = 1, 20, 90.0
     out = {"meta": run_meta(argv), "load_before": os.getloadavg()[0], "archetypes": {}}

@@ -3,6 +3,7 @@
 `--version` and `--format json`, the install (Python 3.10's TOML), and notebooks (the HTML result, and a
 dataset class defined in ``__main__``)."""
 
+import builtins
 import io
 import json
 import os
@@ -28,7 +29,7 @@ from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION, CheckR
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CalibrationShape, PairedRound
 from loadtune.model.results import ResultError, ScanResult, Trial, TrialError
-from loadtune.report import ci
+from loadtune.report import ci, notebook
 from loadtune.report.html import html_report
 from loadtune.report.progress import LineProgress, ProgressDisplay, scan_progress
 from loadtune.version import __version__
@@ -326,13 +327,20 @@ def test_workflow_commands_parse_and_it_installs_loadtune_not_the_pypi_namesake(
         parse(line)
     with pytest.raises(Exception, match="No such option: --no-such-flag"):  # click's (or typer's own copy's) UsageError
         parse("loadtune check --no-such-flag")
-    assert not re.search(r"pip install\s+['\"]?loadtune\b(?!-)", text)
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    assert "pip install" in code and not re.search(r"pip install\s+['\"]?loadtune\b(?!-)", code)  # the namesake on PyPI
     assert "mikepenz/action-junit-report@" in text and "actions/cache/restore@" in text and "actions/cache/save@" in text
     yaml = pytest.importorskip("yaml")
     flow = yaml.safe_load(text)
     steps = next(iter(flow["jobs"].values()))["steps"]
     report = next(s for s in steps if "action-junit-report" in s.get("uses", ""))
     assert report["if"].startswith("always()") and report["with"]["report_paths"] == "loadtune-junit.xml"
+
+
+def test_the_workflow_in_the_docs_is_the_example_file():
+    text = (ROOT / "docs" / "ci.md").read_text()
+    block = text[text.index("```yaml\n") + len("```yaml\n"):]
+    assert block[:block.index("```")] == WORKFLOW.read_text()  # what a reader copies is what is tested
 
 
 # --- notebooks -------------------------------------------------------------------------------------------
@@ -342,6 +350,24 @@ def test_a_result_renders_as_html_for_jupyter():
     result = ScanResult.load(FIXTURES / "tiny_scan.json")
     html = result._repr_html_()
     assert html == html_report(result) and html.startswith("<pre") and "fastest first" in html and "DataLoader(" in html
+
+
+def test_in_a_notebook_progress_goes_to_the_cell_output(monkeypatch):
+    """Where the display goes, not the scan: the engine's scan is replaced by one that records its observer."""
+    seen = []
+    monkeypatch.setattr(notebook, "engine_scan", lambda *args, observer=None, **kwargs: seen.append(observer))
+    notebook.scan("dataset.py")
+    notebook.scan("dataset.py", progress=True)
+    assert seen[0] is None and isinstance(seen[1], LineProgress)  # a script whose stderr is a file: silent unless asked
+
+    class ZMQInteractiveShell:  # what rich (and IPython's display) take for a Jupyter kernel
+        pass
+
+    monkeypatch.setattr(builtins, "get_ipython", ZMQInteractiveShell, raising=False)
+    notebook.scan("dataset.py")
+    notebook.scan("dataset.py", progress=False)
+    assert isinstance(seen[2], LineProgress) and seen[2].stream is sys.stdout and seen[3] is None
+    assert html_report(ScanResult.load(FIXTURES / "tiny_scan.json")).startswith("<pre")  # not rich's own Jupyter output
 
 
 class Local(Dataset):

@@ -246,3 +246,4 @@ def test_scan_quiet_prints_only_the_recommendation(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Recommendation" in proc.stdout and "loader = DataLoader(" in proc.stdout and "num_workers=0" in proc.stdout
     assert "fastest first" not in proc.stdout and "samples/s ┃" not in proc.stdout  # no table
+    assert "loadtune: trial" not in proc.stderr  # and no progress, not even the log's line per trial

@@ -49,8 +49,9 @@ def measured(result: CheckResult) -> list[Measured]:
     else:  # not a check's own trial list (hand-made): every trial of the config counts as its own
         own = [t for t in result.trials if t.config == result.config]
     label = result.config.label()
-    cases = [Measured(f"throughput {label}", result.config, own, checked=True),
-             Measured(f"shaped calibration ({label})", result.config, calibration)]
+    cases = [Measured(f"throughput {label}", result.config, own, checked=True)]
+    if calibration:
+        cases.append(Measured(f"shaped calibration ({label})", result.config, calibration))
     if defaults is not None:
         cases.append(Measured(f"PyTorch's defaults {defaults.config.label()}", defaults.config, [defaults]))
     return cases

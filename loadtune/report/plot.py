@@ -20,7 +20,7 @@ from loadtune.model.results import ScanResult, check_writable
 from loadtune.analysis.bound import scan_bound
 
 FORMATS = {".png": "png", ".svg": "svg"}
-INSTALL_HINT = "pip install 'loadtune[plot]'"
+INSTALL_HINT = "pip install matplotlib"  # not 'loadtune[plot]': the PyPI name loadtune is another project's
 FIGSIZE = (8.0, 5.0)  # inches
 DPI = 100  # a PNG is FIGSIZE x DPI pixels: 800 x 500
 
