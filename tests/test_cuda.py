@@ -2,6 +2,7 @@
 ``python3 -m pytest -m cuda``); the others check on the CPU what can be checked there."""
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -150,6 +151,22 @@ def test_on_the_cpu_the_prefetcher_passes_batches_through():
 
 
 @pytest.mark.cuda
+def test_the_warm_ups_duplicate_check_keeps_no_gpu_memory():
+    """With ``stream`` the warm-up's check for replaying workers sees batches already on the GPU: the
+    first tensors it keeps must not count in the trial's device memory peak."""
+    from loadtune.engine.trial.faults import DuplicateDetector
+
+    device = torch.device("cuda", 0)
+    detector = DuplicateDetector(2)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    for i in range(4):
+        detector.see({"x": torch.full((1 << 20,), float(i % 2), device=device)})
+    assert torch.cuda.memory_allocated(device) == before
+    assert all(t.device.type == "cpu" for t in detector.first) and not detector.duplicated
+
+
+@pytest.mark.cuda
 def test_doctor_measures_positive_copy_rates():
     report = doctor.collect(sizes=(1 << 20, 16 << 20))
     assert report.gpu_note is None and report.gpus
@@ -232,15 +249,24 @@ def test_the_scans_own_process_never_initialises_cuda(tmp_path):
     assert got == {"code": 0, "initialized": False, "forked_child_ok": True}, done.stdout[-3000:]
 
 
+def on_its_own_gpu(batch):
+    """A rank's step: its batch, and its current device, are those of GPU LOCAL_RANK, never GPU 0's
+    (peaks read on whatever device a rank used would not show it)."""
+    local = int(os.environ.get("LOCAL_RANK", "0"))  # a trial of one loader (the profile) runs on cuda:0
+    images = batch[0]
+    if images.device != torch.device("cuda", local) or torch.cuda.current_device() != local:
+        raise AssertionError(f"local rank {local} got a batch on {images.device}, cuda:{torch.cuda.current_device()} current")
+
+
 @pytest.mark.cuda
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_ranks_of_an_in_memory_dataset_each_measure_their_own_gpu(tmp_path):
-    """Two ranks of a dataset built in this process (spawned, never forked, on CUDA): each rank's figures
-    come from its own GPU, and each rank's copy is set beside its own GPU's pinned peak."""
+    """Two ranks of a dataset built in this process (spawned, never forked, on CUDA): each rank's batches
+    and figures come from its own GPU, and each rank's copy is set beside its own GPU's pinned peak."""
     data = TensorDataset(torch.randn(256, 3, 32, 32), torch.arange(256))
-    result = loadtune.scan(data, device="cuda", nproc_per_node=2, workers=[0, 1], prefetch=[2], persistent=False,
-                           batch_size=16, warmup=0.2, block_time=0.1, blocks=3, confirm=0, reference_rounds=0,
+    result = loadtune.scan(data, step=on_its_own_gpu, device="cuda", nproc_per_node=2, workers=[0, 1], prefetch=[2],
+                           persistent=False, batch_size=16, warmup=0.2, block_time=0.1, blocks=3, confirm=0, reference_rounds=0,
                            json_path=tmp_path / "r.json")
     assert result.settings.ranks["start_method"] == "spawn" and result.settings.ranks["backend"] == "gloo"
     assert result.h2d_peaks_gbps and len(result.h2d_peaks_gbps) == 2 and all(p > 0 for p in result.h2d_peaks_gbps)

@@ -329,6 +329,19 @@ def test_a_mig_instance_is_found_by_its_mig_uuid_and_said_to_have_no_utilisation
     assert notes == ["GPU utilisation is not sampled on cuda:0: the device is a MIG instance, for which NVML reports no utilisation"]
 
 
+def test_a_gpu_in_mig_mode_found_by_its_pci_bus_is_said_to_have_no_utilisation(nvml_module):
+    """A MIG instance whose UUID NVML does not know is found by its PCI bus id, which names the whole
+    GPU: NVML reports no utilisation for a GPU in MIG mode either, so no sampler that reads nothing."""
+    from loadtune.engine.trial import nvml
+
+    mod = nvml_module(fake_nvml({}, by_pci={"00000000:3B:00.0": "h5", "00000000:3C:00.0": "h6"}))
+    mod.nvmlDeviceGetMigMode = lambda h: [1, 1] if h == "h5" else [0, 0]
+    assert nvml.UtilisationSampler.for_device(UUID, 0, "00000000:3B:00.0") is None
+    assert nvml.UtilisationSampler.for_device(UUID, 1, "00000000:3C:00.0") is not None  # MIG off: sampled
+    notes = nvml.utilisation_notes([{"uuid": UUID, "pci_bus_id": "00000000:3B:00.0", "index": 0}])
+    assert notes == ["GPU utilisation is not sampled on cuda:0: the GPU is in MIG mode, for which NVML reports no utilisation"]
+
+
 def test_a_device_nvml_knows_by_no_uuid_is_found_by_pci_bus_and_never_by_cudas_index(nvml_module):
     from loadtune.engine.trial import nvml
 

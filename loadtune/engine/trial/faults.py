@@ -236,10 +236,13 @@ class DuplicateDetector:
         self.first: list[Any] = []
 
     def see(self, batch: Any) -> None:
+        """Keep a host copy of the batch's first tensor. With the ``stream`` strategy the batch is
+        already on the GPU: a copy kept there would count in the trial's device memory peak."""
         if len(self.first) < 2 * self.num_workers:
             tensor = first_tensor(batch)
             if tensor is not None:
-                self.first.append(tensor.detach().clone())
+                tensor = tensor.detach()
+                self.first.append(tensor.clone() if tensor.device.type == "cpu" else tensor.cpu())
 
     @property
     def duplicated(self) -> bool:

@@ -110,9 +110,18 @@ def handle_for(uuid: str | None, pci_bus_id: str | None = None) -> Any | None:
     return None
 
 
-def is_mig(dev: Any) -> bool:
-    """A MIG instance's handle (NVML reports no utilisation for those, nor for a GPU in MIG mode)."""
-    return bool(query("nvmlDeviceIsMigDeviceHandle", dev))
+MIG_ENABLED = 1  # pynvml.NVML_DEVICE_MIG_ENABLE: nvmlDeviceGetMigMode's current mode
+
+
+def no_utilisation(dev: Any) -> str | None:
+    """Why NVML reports no utilisation for ``dev``, or None when it does: a MIG instance, or a whole
+    GPU in MIG mode (what the PCI bus id finds for a MIG instance whose UUID NVML did not know)."""
+    if query("nvmlDeviceIsMigDeviceHandle", dev):
+        return "the device is a MIG instance, for which NVML reports no utilisation"
+    mode = query("nvmlDeviceGetMigMode", dev)  # [current, pending]; None on a GPU without MIG
+    if mode and mode[0] == MIG_ENABLED:
+        return "the GPU is in MIG mode, for which NVML reports no utilisation"
+    return None
 
 
 def utilisation(dev: Any) -> int | None:
@@ -158,7 +167,7 @@ class UtilisationSampler:
         never by CUDA's ``index``, which NVML numbers differently. None when NVML cannot find it or
         reports no utilisation for it (``unsampled`` says why)."""
         dev = handle_for(uuid, pci_bus_id)
-        return cls(dev) if dev is not None and not is_mig(dev) else None
+        return cls(dev) if dev is not None and no_utilisation(dev) is None else None
 
     def maybe_sample(self) -> None:
         now = time.monotonic()
@@ -179,9 +188,7 @@ def unsampled(uuid: str | None, pci_bus_id: str | None = None) -> str | None:
     dev = handle_for(uuid, pci_bus_id)
     if dev is None:
         return f"NVML knows no device with UUID {uuid} or PCI bus id {pci_bus_id}"
-    if is_mig(dev):
-        return "the device is a MIG instance, for which NVML reports no utilisation"
-    return None
+    return no_utilisation(dev)
 
 
 def utilisation_notes(devices: list[dict]) -> list[str]:

@@ -35,7 +35,7 @@ from loadtune.model.results import Trial
 from loadtune.model.verify import NO_CUDA, Check, Verification
 
 DEVICE_TIMEOUT_S = 150.0  # the GPU checks take well under a minute; a hang is cut here
-RANKS_TIMEOUT_S = 120.0  # spawning a rank per GPU, NCCL's start-up and a short window
+RANKS_TIMEOUT_S = 120.0  # spawning a rank per GPU (each imports torch), the gloo rendezvous and a short window
 RANK_CONFIG = TrialConfig(batch_size=32, num_workers=0, pin_memory=True, transfer="non_blocking")
 RANK_TIMING = Timing(warmup_s=0.2, block_s=0.2, blocks=3, max_s=90)
 RANK_WINDOW_S = 1.0
