@@ -118,13 +118,18 @@ def test_ctrl_c_while_a_trial_starts_is_held_until_it_has_started():
     from loadtune.engine.trial.harness import sigint_held
 
     reached = []
-    with pytest.raises(KeyboardInterrupt):
-        with sigint_held():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)  # the handler has run by now: it only took note
-            reached.append(True)
-    assert reached == [True]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own handler, as in the CLI (an earlier test or library may have left another one installed)
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with sigint_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # the handler has run by now: it only took note
+                reached.append(True)
+        assert reached == [True]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a job started in the background ignores it
     try:
         with sigint_held():
