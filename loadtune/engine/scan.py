@@ -26,6 +26,7 @@ from loadtune.model.machine import MachineInfo
 from loadtune.engine import probe as probe_mod
 from loadtune.engine import stages as stages_mod
 from loadtune.analysis.footprint import parse_size
+from loadtune.analysis.load import disturbed, quieter
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.model.config import PlanError, Skip, TrialConfig, current_config, parse_knobs, transfer_for
 from loadtune.search.space import SearchSpace, build_grid, default_workers, reference_configs
@@ -554,13 +555,30 @@ def search(run: Run) -> None:
             return
         if observer:
             observer.trial_started(len(result.trials), config, round_)
-        trial = run_trial(run.plan.source, run.request_for(config), observer.trial_event if observer else None)
+        trial = run_quietly(run, config, round_)
         trial.reference, trial.round = config.key in references, round_
         result.trials.append(trial)
         result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory, result.settings.current)
         run.save()
         if observer:
             observer.trial_finished(len(result.trials) - 1, trial, result)
+
+
+def run_quietly(run: Run, config: TrialConfig, round_: int) -> Trial:
+    """One trial of ``config``. One that outside load disturbed (``analysis.load``) is measured once
+    more where the budget allows; the quieter run is kept, the other set aside in ``result.remeasured``,
+    out of every estimate. The strategy sees one trial either way."""
+    result, observer = run.plan.result, run.observer
+    on_event = observer.trial_event if observer else None
+    trial = run_trial(run.plan.source, run.request_for(config), on_event)
+    if not (trial.ok and disturbed(trial.load, run.plan.options.noise_floor)) or not run.fits(2):
+        return trial
+    if observer:
+        observer.trial_started(len(result.trials), config, round_)
+    kept, aside = quieter(trial, run_trial(run.plan.source, run.request_for(config), on_event))
+    aside.reference, aside.round = config.key in result.settings.references, round_
+    result.remeasured.append(aside)
+    return kept
 
 
 def diagnose(run: Run) -> None:

@@ -123,6 +123,84 @@ class GPUUsage:
 
 
 @dataclass
+class LoadReading:
+    """Who kept the trial's usable cores busy while its blocks were timed: the counters, read around
+    the blocks inside the trial (``engine/trial/load.py``), so that the load from outside the scan
+    (``outside_s``) and whether it disturbed the trial (``analysis/load.py``) follow from the record.
+
+    The CPUs' busy time is kept two ways (``engine/trial/load.py`` says why): the window less their
+    idle time, which also counts the idle loop's own cost, and their busy ticks, which are sampled.
+    Outside load is the smaller of the two: real load shows in both."""
+
+    window_s: float  # wall seconds from the first reading to the last
+    cpus: int  # CPUs of the trial's affinity mask, read in /proc/stat
+    usable_cores: float  # the mask capped by the cgroup quota: what the trial could use
+    idle_s: float  # idle and iowait seconds of those CPUs, together
+    cpu_busy_s: list[float]  # user, system, interrupt and steal seconds of each of them (ticks)
+    own_s: float  # CPU seconds of the trial's processes: its main process, the workers, their children
+    tick_s: float  # /proc/stat's unit (1 / USER_HZ)
+    tick_reads: int  # differences of counters kept in ticks (each CPU's, reaped children's time)
+    edge_s: float  # seconds the readings took: the trial's processes ran on, unread, for that long
+    kernel_s: float = 0.0  # CPU seconds of the kernel's threads: the trial's batches make them work too
+    quota_busy_s: float | None = None  # CPU seconds of the cgroup whose quota binds (None: no quota)
+    scan_s: float | None = None  # CPU seconds of the scan's own process (its samplers, its display) ...
+    scan_window_s: float | None = None  # ... over these wall seconds, read by the trial's parent
+
+    @property
+    def scan_share_s(self) -> float:
+        """The scan's own process's CPU over this window (its rate over the parent's window)."""
+        if not self.scan_s or not self.scan_window_s:
+            return 0.0
+        return self.scan_s * self.window_s / self.scan_window_s
+
+    def _beyond_own(self, busy: float) -> float:
+        """Busy CPU seconds of the mask less the trial's, the kernel threads' and the scan's, and less
+        what the CPUs a quota leaves unusable anyway can hold: only beyond that is a core taken."""
+        spare = max(0.0, self.cpus - self.usable_cores) * self.window_s
+        return busy - self.own_s - self.kernel_s - self.scan_share_s - spare
+
+    @property
+    def idle_outside_s(self) -> float:
+        """Outside CPU seconds from the CPUs' idle time (precise; counts the idle loop's cost)."""
+        return self._beyond_own(self.cpus * self.window_s - self.idle_s)
+
+    @property
+    def tick_outside_s(self) -> float:
+        """Outside CPU seconds from the CPUs' busy ticks (sampled; without the idle loop's cost)."""
+        return self._beyond_own(sum(self.cpu_busy_s))
+
+    @property
+    def quota_outside_s(self) -> float | None:
+        """CPU seconds charged to the trial's quota by other processes of its cgroup."""
+        return None if self.quota_busy_s is None else self.quota_busy_s - self.own_s - self.scan_share_s
+
+    @property
+    def outside_s(self) -> float:
+        """CPU seconds taken from the usable cores by processes outside the scan."""
+        outside = min(self.idle_outside_s, self.tick_outside_s)
+        if self.quota_outside_s is not None:
+            outside = max(outside, self.quota_outside_s)
+        return max(0.0, outside)
+
+    @property
+    def outside_cores(self) -> float:
+        """Cores kept busy by processes outside the scan, on average over the window."""
+        return self.outside_s / self.window_s if self.window_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "outside_cores": round(self.outside_cores, 4)}  # derived, for readers
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "LoadReading":
+        data = {k: v for k, v in data.items() if k != "outside_cores"}
+        reading = cls(**data)
+        figures = [v for v in asdict(reading).values() if v is not None and not isinstance(v, list)] + reading.cpu_busy_s
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") for v in figures):
+            raise ValueError(f"a trial's load figures are not all non-negative numbers: {data}")
+        return reading
+
+
+@dataclass
 class TrialError:
     """Why a trial failed, in the dataset's own words where it raised."""
 
@@ -185,6 +263,7 @@ class Trial:
     # Several ranks per trial: each rank's figures; ``blocks``, ``warmup`` and ``startup_s`` above are
     # then the slowest rank's (its pace is the pace of synchronous training), see ``settle_ranks``
     ranks: list[RankFigures] = field(default_factory=list)
+    load: LoadReading | None = None  # who kept the usable cores busy over the timed blocks (one loader only)
 
     @property
     def ok(self) -> bool:
@@ -242,6 +321,7 @@ class Trial:
         data["warmup"] = block_dict(self.warmup) if self.warmup else None
         est = self.estimate
         data["samples_per_s"] = asdict(est) if est else None  # derived, for readers; recomputed on load
+        data["load"] = self.load.to_dict() if self.load else None
         return data
 
     @classmethod
@@ -259,6 +339,7 @@ class Trial:
         data["gpu"] = GPUUsage.from_dict(data["gpu"]) if data.get("gpu") else None
         data["batch"] = BatchInfo.from_dict(data["batch"]) if data.get("batch") else None
         data["ranks"] = [RankFigures.from_dict(r) for r in data.get("ranks", [])]
+        data["load"] = LoadReading.from_dict(data["load"]) if data.get("load") else None  # files before it: None
         cpu = data.get("cpu_s")
         if cpu is not None and (not isinstance(cpu, (int, float)) or isinstance(cpu, bool) or not 0 <= cpu < float("inf")):
             raise ValueError(f"a trial's cpu_s is not a non-negative number: {cpu!r}")
@@ -543,6 +624,9 @@ class ScanResult:
     h2d_peak_gbps: float | None = None  # pinned host-to-device GB/s of the device, measured before the trials
     h2d_peaks_gbps: list[float] | None = None  # with several ranks: each rank's own GPU (cuda:local_rank)
     reference: PairedReference | None = None  # the pick beside its shaped calibration, for check (docs/ci.md)
+    # trials taken under outside load and measured once more, the quieter run kept in ``trials``: these
+    # are the others, kept out of every estimate
+    remeasured: list[Trial] = field(default_factory=list)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     loadtune_version: str = __version__
 
@@ -582,6 +666,7 @@ class ScanResult:
             "h2d_peaks_gbps": self.h2d_peaks_gbps,
             "stages": self.stages.to_dict() if self.stages else None,
             "reference": self.reference.to_dict() if self.reference else None,
+            "remeasured": [t.to_dict() for t in self.remeasured],
         }
 
     @classmethod
@@ -611,6 +696,7 @@ class ScanResult:
                 h2d_peak_gbps=data.get("h2d_peak_gbps"),
                 h2d_peaks_gbps=data.get("h2d_peaks_gbps"),
                 reference=PairedReference.from_dict(data.get("reference")),
+                remeasured=[Trial.from_dict(t) for t in data.get("remeasured", [])],
             )
             _ = result.configs  # every estimate a report shows: a damaged figure is refused here, not mid-report
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

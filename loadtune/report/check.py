@@ -5,9 +5,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
+from loadtune.analysis.load import load_summary
 from loadtune.model.check import PASS, REGRESSION, CheckResult
+from loadtune.model.settings import NOISE_FLOOR
 from loadtune.model.paired import PairedRound
 from loadtune.report.ci import summary_line
+from loadtune.report.text import load_sentence
 
 STYLES = {PASS: "bold green", REGRESSION: "bold red"}
 
@@ -33,5 +36,9 @@ def print_check(console: Console, outcome: CheckResult, rounds: bool = True) -> 
         console.print(f"  PyTorch's defaults now: {outcome.default_rate:,.0f} samples/s", style="dim")
     for line in outcome.environment:
         console.print(f"  environment changed: {line}", style="yellow")
+    load = load_summary(outcome.trials, NOISE_FLOOR)
+    if load is not None and load.disturbed:
+        console.print(f"  measured under load: {load_sentence(load)}; a round's ratio discounts load that lasted through "
+                      "both its trials, not load that came or went between them", style="yellow", highlight=False)
     style = STYLES.get(outcome.status, "bold yellow")
     console.print(Text(outcome.status.upper() + (": " + "; ".join(outcome.reasons) if outcome.reasons else ""), style=style))

@@ -15,11 +15,13 @@ from rich.text import Text
 from loadtune.analysis.copyrate import copy_notes
 from loadtune.analysis import bound as bound_mod
 from loadtune.analysis import footprint
+from loadtune.analysis.load import load_summary
 from loadtune.analysis.recommend import best_with_workers, noise_floor_of, persistent_saving, snippet
 from loadtune.model.results import ConfigResult, ScanResult, StageCost
 from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, gain, long_run, run_noise
 from loadtune.analysis.view import Row, rows as view_rows
-from loadtune.report.text import BAR_WIDTH, STATUS_STYLES, bar, gbps, ms, rate, short_bytes, spread_text, status_cell
+from loadtune.report.text import (BAR_WIDTH, STATUS_STYLES, bar, gbps, load_sentence, ms, rate, short_bytes, spread_text,
+                                  status_cell)
 from loadtune.analysis.bound import scan_bound
 
 
@@ -272,6 +274,7 @@ def recommendation_panel(result: ScanResult) -> Panel:
     else:
         lines.append("PyTorch's defaults were not measured at this batch size.\n")
     lines.append(f"Why: {rec.reason}.\n")
+    lines.append(load_text(result))
     n = ranks_of(result)
     if n > 1 and pick.aggregate_rate:
         lines.append(f"Per rank: num_workers={rec.config.num_workers} on each of {n} ranks ({rec.config.num_workers * n} "
@@ -291,6 +294,27 @@ def recommendation_panel(result: ScanResult) -> Panel:
                    loader_name=spec.loader_name, loader_args=tuple(spec.loader_args),
                    batch_size=not any(s.what == "batch_size" for s in result.skipped))
     return Panel(Group(lines, Syntax(code, "python", theme="ansi_dark", background_color="default")), title="Recommendation", border_style="green")
+
+
+def load_text(result: ScanResult) -> Text:
+    """The figures taken under outside load (``analysis.load``): how much, and whose."""
+    summary = load_summary(result.trials, noise_floor_of(result), result.remeasured)
+    out = Text()
+    if summary is None:
+        return out
+    if summary.disturbed:
+        rec = result.recommendation
+        base = "your current settings'" if result.settings.current else "PyTorch's defaults'"
+        whose = ["the pick's"] if rec.config in summary.configs else []
+        if rec.baseline not in (None, rec.config) and rec.baseline in summary.configs:
+            whose.append(base)
+        among = f", {' and '.join(whose)} among them" if whose else ""
+        out.append(f"Measured under load: {load_sentence(summary)}{among}. Those figures, and any gain built on them, "
+                   "are less certain than their intervals say; scan again on a quiet machine to trust them.\n", style="yellow")
+    if summary.remeasured:
+        runs = f"{summary.remeasured} run{'s' if summary.remeasured != 1 else ''}"
+        out.append(f"{runs} taken under outside load measured again; the quieter run of each is kept.\n", style="dim")
+    return out
 
 
 def speedup_how(rec) -> str:

@@ -6,6 +6,8 @@ import math
 
 from rich.text import Text
 
+from loadtune.analysis.load import LoadSummary
+
 
 
 BAR_WIDTH = 10
@@ -77,3 +79,8 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.3g} µs"
 
 
+def load_sentence(summary: LoadSummary, what: str = "trials") -> str:
+    """How much outside load there was: ``processes outside loadtune kept up to 0.9 of the 2 usable
+    cores busy during 3 of 14 trials (45% of the CPU they could have had)``."""
+    return (f"processes outside loadtune kept up to {summary.peak_cores:.1f} of the {summary.usable_cores:g} usable cores busy "
+            f"during {summary.disturbed} of {summary.read} {what} ({summary.peak_share:.0%} of the CPU they could have had)")

@@ -35,7 +35,7 @@ from loadtune.engine.trial.child import (
 from loadtune.engine.trial.memory import MemorySampler
 from loadtune.engine.trial.nvml import UtilisationSampler
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, apply
-from loadtune.model.results import GPUUsage, Trial, TrialError
+from loadtune.model.results import GPUUsage, LoadReading, Trial, TrialError
 
 OnEvent = Callable[[Kind, Any], None]
 LOG_TAIL_CHARS = 2000
@@ -151,6 +151,7 @@ class Watch:
 
     memory: MemorySampler
     gpus: dict = field(default_factory=dict)  # (rank, local rank) or None -> UtilisationSampler of its GPU
+    scan_mark: tuple[float, float] | None = None  # this process's CPU and clock when the timed blocks began
 
     def see(self, message: Message, conn) -> None:
         kind = message.kind
@@ -160,6 +161,9 @@ class Watch:
             self.memory.mark_startup()  # the (first rank's) workers are up: warm-up is untimed
         elif kind is Kind.WARMUP:
             self.set_timed(True)  # blocks are timed from here: sample sparingly
+            self.scan_mark = (time.process_time(), time.monotonic())
+        elif kind is Kind.LOAD and self.scan_mark is not None and message.rank is None:
+            self.add_scan_cpu(message.payload)
         elif kind is Kind.MEASURED:
             self.set_timed(False)
             self.memory.maybe_sample(force=True)  # steady state, nothing timed now
@@ -171,6 +175,12 @@ class Watch:
         sampler = UtilisationSampler.for_device(found.get("uuid"), found.get("index"), found.get("pci_bus_id"))
         if sampler is not None and key not in self.gpus:
             self.gpus[key] = sampler
+
+    def add_scan_cpu(self, reading: LoadReading) -> None:
+        """This process's CPU over the timed blocks (the samplers, the progress display): the scan's
+        own, not outside load. Read from its messages, so over a window a poll late at both ends."""
+        cpu, clock = self.scan_mark
+        reading.scan_s, reading.scan_window_s = time.process_time() - cpu, time.monotonic() - clock
 
     def set_timed(self, timed: bool) -> None:
         self.memory.timed = timed

@@ -28,6 +28,7 @@ from loadtune.engine.trial import gpu
 from loadtune.engine.trial.cpu import tree_cpu_s
 from loadtune.engine.trial.faults import DuplicateDetector
 from loadtune.engine.trial.idle import GPUIdleClock
+from loadtune.engine.trial.load import LoadMeter
 from loadtune.engine.trial.prefetch import CUDAPrefetcher
 from loadtune.engine.trial.transfer import batch_info, batch_size_of, move_to, nbytes_of, unmoved_note
 from loadtune.engine.trial.workload import StepWorkload
@@ -440,7 +441,13 @@ def measure(
         meter.mark = time.perf_counter()  # the window starts now on every rank; the wait is not timed
         deadline = min(deadline, meter.mark + shard.window_s)
         enough = whole_window
+    load = LoadMeter() if shard is None else None  # a rank's peers would read as outside load
+    if load is not None:
+        load.start()
     timed_blocks(meter, config, timing, deadline, enough, emit)
+    reading = load.stop() if load is not None else None
+    if reading is not None:
+        emit("load", reading)
     if cuda:
         emit("gpu_memory", gpu.usage(device, config, first))
     if shard is not None:

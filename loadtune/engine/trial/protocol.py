@@ -39,6 +39,7 @@ class Kind(StrEnum):
     WARNING = "warning"  # a sentence for the report
     BLOCK = "block"  # one timed Block
     CPU = "cpu"  # CPU seconds of the loader's processes over the timed blocks
+    LOAD = "load"  # the LoadReading over the timed blocks: the machine's CPUs against the trial's own
     GPU_MEMORY = "gpu_memory"  # the device's GPUUsage (allocator peaks, pinned memory)
     MEMORY = "memory"  # a rank's own memory (PSS of it and its workers), measured inside it
     STAGES = "stages"  # the profiling run's StageCosts
@@ -213,6 +214,7 @@ RULES: dict[Kind, Rule] = {
     Kind.WARNING: Rule(Scope.TRIAL, add_warning),
     Kind.BATCH: Rule(Scope.TRIAL, first_batch),
     Kind.CPU: Rule(Scope.TRIAL, add_cpu),
+    Kind.LOAD: Rule(Scope.TRIAL, lambda trial, m: setattr(trial, "load", m.payload)),  # one loader only
     Kind.GPU_MEMORY: Rule(Scope.TRIAL, fullest_gpu),
     Kind.ERROR: Rule(Scope.TRIAL, lambda trial, m: setattr(trial, "error", m.payload)),
 }  # the other kinds carry no figure: they drive the harness's samplers and the agent
