@@ -34,7 +34,8 @@ from loadtune.analysis.noise import long_run, run_noise
 from loadtune.model.results import Block, ConfigResult, Trial, by_config, check_writable, write_atomic
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.protocol import TrialRequest
-from loadtune.engine.scan import ScanOptions, prepare
+from loadtune.engine.plan import prepare
+from loadtune.model.settings import ScanOptions
 from loadtune.engine.spec import SpecRef
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from loadtune.engine import machine
     from loadtune.engine.trial.measure import LoaderOptions, Timing
-    from loadtune.engine.scan import ScanOptions
+    from loadtune.model.settings import ScanOptions
 
     import torch
 

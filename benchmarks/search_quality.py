@@ -50,7 +50,7 @@ from loadtune.model.config import TrialConfig
 from loadtune.model.results import ScanResult, Trial, check_writable, write_atomic
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.protocol import TrialRequest
-from loadtune.engine.scan import DEFAULT_BATCH_SIZE, prepare
+from loadtune.engine.plan import DEFAULT_BATCH_SIZE, prepare
 from loadtune.engine.spec import SpecRef
 from loadtune.model.estimate import estimate
 

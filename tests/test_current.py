@@ -1,5 +1,5 @@
 """Your settings as the baseline (``--current``): parsed and checked (loadtune/model/config.py), always
-measured (engine/scan.py), the gain stated over them and "keep what you have" a possible verdict
+measured (engine/plan.py), the gain stated over them and "keep what you have" a possible verdict
 (analysis/recommend.py), re-measured side by side (search/confirmation.py), marked in the report."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from rich.console import Console
 from torch.utils.data import Dataset
 
 from loadtune.analysis.recommend import recommend
-from loadtune.engine.scan import OptionsError, prepare
+from loadtune.engine.options import OptionsError
+from loadtune.engine.plan import prepare
 from loadtune.model.config import PlanError, TrialConfig, current_config, parse_knobs
 from loadtune.model.results import Block, MemoryUsage, ScanResult, Trial
 from loadtune.report.scan import print_report

@@ -143,7 +143,7 @@ def test_default_worker_grid_shares_the_cores_between_ranks(ranked, monkeypatch)
     from dataclasses import replace
 
     from loadtune.engine import machine
-    from loadtune.engine.scan import prepare
+    from loadtune.engine.plan import prepare
 
     real = machine.collect
     monkeypatch.setattr(machine, "collect", lambda: replace(real(), usable_cores=8))
@@ -167,7 +167,8 @@ def test_a_request_with_ranks_runs_the_agent_and_one_without_them_a_single_loade
     ({"nproc_per_node": 2, "device": "cuda:1"}, "each rank uses the GPU of its local rank"),
 ])
 def test_impossible_layouts_are_refused_before_any_work(ranked, options, words):
-    from loadtune.engine.scan import OptionsError, prepare
+    from loadtune.engine.options import OptionsError
+    from loadtune.engine.plan import prepare
 
     with pytest.raises(OptionsError, match=words):
         prepare(str(ranked / "ranked.py"), **options)

@@ -217,7 +217,7 @@ def test_constant_iterable_data_is_not_called_unsharded():
 @pytest.mark.slow
 def test_resume_drops_the_rows_that_said_where_the_last_run_stopped(tmp_path):
     import loadtune
-    from loadtune.engine.scan import prepare, resume_from
+    from loadtune.engine.plan import prepare, resume_from
 
     out = tmp_path / "budget.json"
     opts = dict(workers=[0, 1], prefetch=[2], persistent=False, warmup=0.2, block_time=0.1, blocks=3)

@@ -1,6 +1,6 @@
 """The whole loader as the spec (docs/spec-file.md#the-whole-loader): the spec's own sampler or
 batch_sampler and worker_init_fn, a loader factory, a finished DataLoader or DataModule, planned
-(engine/scan.py) and measured in real trials (engine/trial/measure.py). Lightning, Hugging Face
+(engine/plan.py) and measured in real trials (engine/trial/measure.py). Lightning, Hugging Face
 datasets, torchdata and webdataset are optional: their tests are skipped where they are not installed."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import textwrap
 import pytest
 from conftest import QUICK, SPECS, flat, quick_request, run_cli
 
-from loadtune.engine.scan import OptionsError, prepare
+from loadtune.engine.options import OptionsError
+from loadtune.engine.plan import prepare
 from loadtune.engine.spec import SpecError, SpecRef
 from loadtune.engine.trial.harness import run_trial
 from loadtune.model.config import TrialConfig

@@ -215,7 +215,7 @@ def test_the_scans_process_reads_gpus_and_plans_a_cuda_scan_without_calling_cuda
     import loadtune
     from conftest import SPECS
 
-    from loadtune.engine.scan import prepare
+    from loadtune.engine.plan import prepare
 
     # a CUDA build on a machine with a driver: the GPUs come from a child (here a CPU build's: none)
     monkeypatch.setattr(torch.version, "cuda", "12.8")

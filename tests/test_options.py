@@ -1,4 +1,4 @@
-"""Option layering and checking (loadtune/engine/scan.py: resolve_options, validate_options, prepare)."""
+"""Option layering and checking (loadtune/engine/options.py: resolve_options, validate_options; engine/plan.py: prepare)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from torch.utils.data import Dataset
 from loadtune.engine import machine
 from loadtune.search.space import default_workers
 from loadtune.analysis.recommend import NOISE_FLOOR
-from loadtune.engine.scan import DEFAULT_BATCH_SIZE, OptionsError, ScanOptions, prepare, resolve_options
+from loadtune.engine.options import OptionsError, resolve_options
+from loadtune.engine.plan import DEFAULT_BATCH_SIZE, prepare
+from loadtune.model.settings import ScanOptions
 from loadtune.engine.spec import SpecError
 
 # ---------------------------------------------------------------- resolve_options
@@ -231,7 +233,7 @@ def test_prepare_bad_spec_raises_spec_error(tmp_path):
 
 def test_device_always_has_an_index():
     from loadtune.model.machine import GPUInfo
-    from loadtune.engine.scan import pick_device
+    from loadtune.engine.options import pick_device
 
     cpu_only = machine.collect()
     cpu_only.gpus = []

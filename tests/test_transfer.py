@@ -298,7 +298,8 @@ def test_prefetcher_default_device_follows_the_machine():
 
 def test_in_memory_datasets_are_not_forked_for_a_cuda_device():
     from loadtune.engine.trial.harness import context_for
-    from loadtune.engine.scan import OptionsError, check_picklable
+    from loadtune.engine.options import OptionsError
+    from loadtune.engine.plan import check_picklable
     from loadtune.engine.spec import from_objects
 
     spec = from_objects(TensorDataset(torch.zeros(4, 2)))

@@ -62,7 +62,9 @@ def rates(slowdown: float, runs: int = 400, seed: int = 1) -> dict[str, float]:
 def test_unchanged_dataset_almost_never_fails_on_a_drifting_busy_machine():
     got = rates(0.0)
     assert got[REGRESSION] <= 0.01
-    assert got[PASS] >= 0.85  # the rest inconclusive, never a pass or a failure by luck
+    # the rest inconclusive. Not more passes: with 5.7% noise per round, a baseline of 4 rounds knows
+    # its own level to about +-9% (Welch's interval lends it no confidence from today's rounds)
+    assert got[PASS] >= 0.70
 
 
 def test_a_quarter_slower_is_caught():

@@ -12,7 +12,8 @@ from torch.utils.data import Dataset
 from loadtune.engine.trial.measure import LoaderOptions, Timing, measure
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import Block, ScanResult
-from loadtune.engine.scan import OptionsError, prepare
+from loadtune.engine.options import OptionsError
+from loadtune.engine.plan import prepare
 from loadtune.engine.spec import from_objects
 from loadtune.engine.trial.workload import StepWorkload, WorkloadError, calibrate, check_step_ms
 

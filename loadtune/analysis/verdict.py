@@ -3,8 +3,9 @@
 Each round measures the checked config and a calibration workload shaped like the user's dataset,
 back to back with the same loader settings, so contention and drift hit both alike; the figure of a
 round is the log of their ratio. The baseline recorded the same paired rounds when it was scanned.
-Today's change is the difference of the mean log ratios, with a t-interval from the pooled
-round-to-round variance of both (the rounds of both are the same kind of measurement). The verdict
+Today's change is the difference of the mean log ratios, with Welch's t-interval from each session's
+own round-to-round variance (a round is a fresh process, so the rounds' spread holds what differs
+from one process to the next). The verdict
 reads the interval against the tolerance:
 
 - regression: the whole interval lies below ``-tolerance`` (slower beyond it, beyond the noise);
@@ -46,16 +47,21 @@ def log_ratios(rounds: list[PairedRound]) -> list[float]:
 
 
 def paired_change(baseline: list[float], now: list[float]) -> Change | None:
-    """The change of the mean log ratio from ``baseline`` to ``now`` with a pooled-variance t-interval;
-    None when there are too few rounds to see any spread."""
+    """The change of the mean log ratio from ``baseline`` to ``now`` with Welch's t-interval (each
+    session's own round-to-round variance: a check under load spreads far more than a quiet baseline,
+    and pooling the two would lend the noisy one the quiet one's confidence); None when either has
+    fewer than two rounds."""
     n0, n = len(baseline), len(now)
-    df = n0 + n - 2
-    if n0 < 1 or n < 1 or df < 1:
+    if n0 < 2 or n < 2:
         return None
-    m0, m = statistics.fmean(baseline), statistics.fmean(now)
-    squares = sum((x - m0) ** 2 for x in baseline) + sum((x - m) ** 2 for x in now)
-    se = math.sqrt(squares / df) * math.sqrt(1 / n0 + 1 / n)
-    d, half = m - m0, t975(df) * se
+    v0, v = statistics.variance(baseline) / n0, statistics.variance(now) / n
+    se = math.sqrt(v0 + v)
+    if se == 0:
+        df = n0 + n - 2
+    else:  # Welch-Satterthwaite
+        df = (v0 + v) ** 2 / (v0 ** 2 / (n0 - 1) + v ** 2 / (n - 1))
+    d = statistics.fmean(now) - statistics.fmean(baseline)
+    half = t975(max(1, math.floor(df))) * se
     return Change(math.exp(d) - 1, math.exp(d - half) - 1, math.exp(d + half) - 1, n, n0)
 
 

@@ -33,7 +33,10 @@ from loadtune.report.check import print_check
 from loadtune.report.compare import print_comparison
 from loadtune.report.scan import print_nodes, print_recommendation, print_report
 from loadtune.model.results import ResultError, ScanResult, check_writable, write_atomic
-from loadtune.engine.scan import OptionsError, ScanOptions, execute, prepare, resume_from
+from loadtune.engine.options import OptionsError
+from loadtune.engine.plan import prepare, resume_from
+from loadtune.engine.scan import execute
+from loadtune.model.settings import ScanOptions
 from loadtune.engine.spec import SpecError
 from loadtune.analysis.view import ViewError, filters_from, select
 
@@ -172,7 +175,7 @@ def scan(
                                                                               "(node 0 hosts it)"),
 ) -> None:
     """Search DataLoader settings for a dataset, print a ranked table and a recommendation."""
-    # long only by its typer signature (one line per flag); the body hands off to planned_scan / run_scan
+    # long only by its typer signature (one line per flag); the body hands off to planned_scan, run_scan, finish_scan
     as_json = checked_outputs(format_, plot)
     console = Console(stderr=as_json)  # under --format json, stdout holds the JSON alone
     overrides = dict(
@@ -186,10 +189,15 @@ def scan(
     )
     plan, json_path, adopted = planned_scan(spec, overrides, json_path, resume)
     result = run_scan(plan, json_path, console, quiet, as_json)
+    finish_scan(console, plan.options, result, json_path, adopted.store_hosted, plot)
+
+
+def finish_scan(console: Console, opts: ScanOptions, result: ScanResult, json_path: Path, store_hosted: bool,
+                plot: Optional[Path]) -> None:
+    """After the report: where it was saved, the per-node summary, the exit code, the plot."""
     console.print(f"Saved to {json_path}", style="dim")
-    opts = plan.options
     if opts.nnodes > 1 and opts.rdzv_endpoint:
-        print_node_summary(console, result, opts, adopted.store_hosted)
+        print_node_summary(console, result, opts, store_hosted)
     if not result.ok_trials:
         raise fail("no trial could be measured; see the failures above", EXIT_NOTHING_MEASURED)
     if plot is not None:

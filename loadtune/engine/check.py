@@ -30,7 +30,7 @@ from loadtune.engine.trial.workload import StepWorkload, calibrate
 from loadtune.model.check import INCONCLUSIVE, CheckResult
 from loadtune.model.paired import PairedRound
 from loadtune.model.results import Trial
-from loadtune.engine.reference import calibration_for, paired_round
+from loadtune.engine.reference import paired_round
 from loadtune.analysis.environment import environment_changes, spec_identity
 from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change
 
@@ -96,7 +96,6 @@ def run_check(
     if rounds < MIN_ROUNDS:
         raise BaselineError(f"--rounds {rounds} cannot decide: at least {MIN_ROUNDS} paired rounds show the noise")
     request, device = check_request(baseline, spec)
-    calibration = calibration_for(reference.shape, spec.length)
     trials: list[Trial] = []
     default = TrialConfig(config.batch_size, 0, transfer=transfer_for(False, device.startswith("cuda")))
     default_trial = run_trial(spec.ref, replace(request, config=default)) if default != config else None
@@ -105,7 +104,7 @@ def run_check(
     status = INCONCLUSIVE
     while len(paired) < MAX_ROUNDS:
         round_start = time.monotonic()
-        got, round_trials = paired_round(spec.ref, calibration, replace(request, config=config), len(paired))
+        got, round_trials = paired_round(spec.ref, reference.shape, spec.length, replace(request, config=config), len(paired))
         paired.append(got)
         trials += round_trials
         if on_round:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from loadtune.analysis.recommend import recommend
-from loadtune.engine.scan import worker_cap
+from loadtune.engine.plan import worker_cap
 from loadtune.engine.trial.measure import Timing
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import Recommendation, ScanResult, Trial

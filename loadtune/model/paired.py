@@ -33,18 +33,24 @@ class CalibrationShape:
 
 @dataclass(frozen=True)
 class PairedRound:
-    """One round: the config and its shaped calibration measured back to back (samples/s, None when a
-    trial failed); the order alternates between rounds so that drift favours neither."""
+    """One round: the config and its shaped calibration in one process, timed block by block in turn
+    (``pairs`` block pairs; the rates are the geometric means of the paired blocks), or, with several
+    ranks, in two trials back to back (``pairs`` 0). None: not measured. Which goes first alternates
+    between rounds."""
 
     config_rate: float | None
     calibration_rate: float | None
     config_first: bool = True
+    pairs: int = 0
+    block_ratio: float | None = None  # the median ratio of neighbouring blocks (block pairs only)
 
     @property
     def ratio(self) -> float | None:
+        """config / calibration: the median of the block pairs' ratios, robust to a neighbour's burst
+        that hit one block of a pair; of the two trials' rates when measured back to back."""
         if not self.config_rate or not self.calibration_rate:
             return None
-        return self.config_rate / self.calibration_rate
+        return self.block_ratio or self.config_rate / self.calibration_rate
 
 
 @dataclass

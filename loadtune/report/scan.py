@@ -249,30 +249,7 @@ def recommendation_panel(result: ScanResult) -> Panel:
     lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} "
                  + (f"(median of {est.n} blocks pooled from {runs} runs" if runs > 1 else f"(median of {est.n} blocks")
                  + ("; ± for a long run)\n" if noise.learned else "; ± of the blocks)\n"))
-    if result.settings.current is not None:
-        lines.append(current_text(result, rec))
-    elif rec.speedup is not None and rec.baseline != rec.config:
-        base = result.config_result(rec.baseline).estimate
-        how = speedup_how(rec)
-        lines.append(
-            f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
-            f"at batch size {rec.baseline.batch_size}), {how}, 95% interval {rec.speedup_low:.2f}×–"
-            + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n")
-        )
-    elif rec.baseline == rec.config:
-        runner_up = best_with_workers(result.configs)
-        times = gain(pick, runner_up, noise) if runner_up is not None else None
-        if times is not None:
-            side = f", side by side in {times.rounds} round{'s' if times.rounds != 1 else ''}" if times.rounds else ""
-            lines.append(
-                f"PyTorch's defaults (num_workers=0) win: {times.ratio.value:.2f}× the best config with workers "
-                f"({runner_up.config.label()}{side}, 95% interval {times.ratio.low:.2f}×–{times.ratio.high:.2f}×); "
-                "handing samples between processes costs more than producing them here.\n"
-            )
-        else:
-            lines.append("PyTorch's defaults (num_workers=0) are the only config measured.\n")
-    else:
-        lines.append("PyTorch's defaults were not measured at this batch size.\n")
+    lines.append(gain_text(result, rec, pick, noise))
     lines.append(f"Why: {rec.reason}.\n")
     lines.append(load_text(result))
     n = ranks_of(result)
@@ -294,6 +271,28 @@ def recommendation_panel(result: ScanResult) -> Panel:
                    loader_name=spec.loader_name, loader_args=tuple(spec.loader_args),
                    batch_size=not any(s.what == "batch_size" for s in result.skipped))
     return Panel(Group(lines, Syntax(code, "python", theme="ansi_dark", background_color="default")), title="Recommendation", border_style="green")
+
+
+def gain_text(result: ScanResult, rec, pick: ConfigResult, noise: RunNoise) -> str:
+    """The panel's line on what the pick gains: over the user's own settings (``--current``), else
+    over PyTorch's defaults, or why the defaults themselves win."""
+    if result.settings.current is not None:
+        return current_text(result, rec)
+    if rec.speedup is not None and rec.baseline != rec.config:
+        base = result.config_result(rec.baseline).estimate
+        return (f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
+                f"at batch size {rec.baseline.batch_size}), {speedup_how(rec)}, 95% interval {rec.speedup_low:.2f}×–"
+                + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n"))
+    if rec.baseline != rec.config:
+        return "PyTorch's defaults were not measured at this batch size.\n"
+    runner_up = best_with_workers(result.configs)
+    times = gain(pick, runner_up, noise) if runner_up is not None else None
+    if times is None:
+        return "PyTorch's defaults (num_workers=0) are the only config measured.\n"
+    side = f", side by side in {times.rounds} round{'s' if times.rounds != 1 else ''}" if times.rounds else ""
+    return (f"PyTorch's defaults (num_workers=0) win: {times.ratio.value:.2f}× the best config with workers "
+            f"({runner_up.config.label()}{side}, 95% interval {times.ratio.low:.2f}×–{times.ratio.high:.2f}×); "
+            "handing samples between processes costs more than producing them here.\n")
 
 
 def load_text(result: ScanResult) -> Text:

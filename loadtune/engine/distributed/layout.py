@@ -64,7 +64,7 @@ def rank_start_method(device: str) -> str:
     """How the agent starts ranks. On CUDA never fork: CUDA fails in a child forked from a process that
     initialised it, and the agent has, whatever the trial did: torch's ``LaunchConfig`` calls
     ``torch.cuda.is_available()`` while it is built. So fresh interpreters, as torchrun starts; an
-    in-memory spec reaches them pickled (``scan.prepare`` checks it pickles). On the CPU, fork: fast,
+    in-memory spec reaches them pickled (``plan.prepare`` checks it pickles). On the CPU, fork: fast,
     and objects that do not pickle are inherited."""
     return "spawn" if device.startswith("cuda") else "fork"
 

@@ -44,7 +44,7 @@ LOG_TAIL_CHARS = 2000
 def context_for(source: SpecRef | LoadedSpec, device: str = "cpu"):
     """forkserver (torch preloaded) for spec files; fork for in-memory objects, which may not pickle —
     except on a CUDA device: CUDA does not survive a fork from a process that has used it (as the
-    caller's usually has), so there in-memory objects are pickled too (``scan.prepare`` checks they can be).
+    caller's usually has), so there in-memory objects are pickled too (``plan.prepare`` checks they can be).
     Specs known to pickle (``LoadedSpec.picklable``) always go through the fork server: a fork inherits
     the caller's torch thread pools, which deadlock in the child once the caller has used them."""
     methods = multiprocessing.get_all_start_methods()
