@@ -4,9 +4,11 @@ a background process switched on and off every few seconds (the machine's pace c
 
 One baseline scan (quiet), then ``--runs`` checks per cell at default settings; cells (condition x
 slowdown) are interleaved run by run, so drift of the machine over the benchmark hits every cell alike.
-The slowdown is a dial in the dataset (``check_dataset.py``: more operations per sample), not a sleep.
-Targets: at most 1 regression verdict in 20 on the unchanged dataset in every condition; at least 19
-in 20 caught at 25%. The detection rate at each slowdown and the time each check takes are reported.
+The dataset's work per sample is a dial (``check_dataset.py``: more operations per sample), not a
+sleep: ``--extra-work 0.25`` gives each sample 25% more operations. Targets: at most 1 regression
+verdict in 20 on the unchanged dataset in every condition; at least 19 in 20 caught at +25% work.
+The detection rate at each step, the change the checks measured and the time each check takes are
+reported.
 
     python benchmarks/check_alarms.py --runs 20 --out benchmarks/check_alarms.json
 """
@@ -36,7 +38,8 @@ TOGGLING = [sys.executable, "-c", "import time\nwhile True:\n    end = time.time
 CONDITIONS = {"quiet": None, "one core busy": BUSY, "pace changes": TOGGLING}
 
 
-def loadtune(*args: str, slowdown: float = 0.0) -> subprocess.CompletedProcess:
+def loadtune(*args: str, extra_work: float = 0.0) -> subprocess.CompletedProcess:
+    slowdown = 1 - 1 / (1 + extra_work)  # the dial's own unit: a sample costs 1 / (1 - slowdown) of the work
     env = {**os.environ, "LOADTUNE_BENCH_SLOWDOWN": str(slowdown), "COLUMNS": "160"}
     return subprocess.run([sys.executable, "-m", "loadtune", *args], capture_output=True, text=True, env=env)
 
@@ -53,27 +56,30 @@ def background(cmd: list[str] | None):
             proc.wait()
 
 
-def one_check(baseline: Path, out: Path, condition: str, slowdown: float) -> dict:
+def one_check(baseline: Path, out: Path, condition: str, extra_work: float) -> dict:
     started = time.monotonic()
     with background(CONDITIONS[condition]):
-        proc = loadtune("check", str(SPEC), "--baseline", str(baseline), "--json", str(out), slowdown=slowdown)
+        proc = loadtune("check", str(SPEC), "--baseline", str(baseline), "--json", str(out), extra_work=extra_work)
     data = json.loads(out.read_text()) if out.exists() else {}
-    return {"condition": condition, "slowdown": slowdown, "exit": proc.returncode,
+    return {"condition": condition, "extra_work": extra_work, "exit": proc.returncode,
             "status": EXIT_STATUS.get(proc.returncode, f"exit {proc.returncode}"),
             "change": data.get("change"), "change_low": data.get("change_low"), "change_high": data.get("change_high"),
             "rounds": len(data.get("rounds", [])), "wall_s": round(time.monotonic() - started, 1),
+            "paired_rounds": data.get("rounds", []),  # to score another verdict rule on the same rounds
             "stderr_tail": proc.stderr[-400:] if proc.returncode not in EXIT_STATUS else None}
 
 
 def summarise(runs: list[dict]) -> list[dict]:
     cells = []
     for condition in CONDITIONS:
-        for slowdown in sorted({r["slowdown"] for r in runs}):
-            rs = [r for r in runs if r["condition"] == condition and r["slowdown"] == slowdown]
+        for extra in sorted({r["extra_work"] for r in runs}):
+            rs = [r for r in runs if r["condition"] == condition and r["extra_work"] == extra]
             if not rs:
                 continue
             walls = sorted(r["wall_s"] for r in rs)
-            cells.append({"condition": condition, "slowdown": slowdown, "checks": len(rs),
+            changes = sorted(r["change"] for r in rs if r["change"] is not None)
+            cells.append({"condition": condition, "extra_work": extra, "checks": len(rs),
+                          "median_change": changes[len(changes) // 2] if changes else None,
                           **{s: sum(r["status"] == s for r in rs) for s in ("pass", "regression", "inconclusive")},
                           "other": sum(r["status"] not in ("pass", "regression", "inconclusive") for r in rs),
                           "median_wall_s": walls[len(walls) // 2], "max_wall_s": walls[-1]})
@@ -83,12 +89,12 @@ def summarise(runs: list[dict]) -> list[dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=20, help="checks per cell")
-    p.add_argument("--slowdowns", default="0,0.10,0.25", help="dataset slowdowns, comma-separated fractions")
+    p.add_argument("--extra-work", default="0,0.10,0.25", help="work added to each sample, comma-separated fractions")
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="machine conditions, comma-separated")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     meta = run_meta()
-    slowdowns = [float(s) for s in args.slowdowns.split(",")]
+    extras = [float(s) for s in args.extra_work.split(",")]
     conditions = [c.strip() for c in args.conditions.split(",")]
     unknown = set(conditions) - set(CONDITIONS)
     if unknown:
@@ -100,24 +106,27 @@ def main() -> None:
     if scan.returncode != 0:
         sys.exit(f"baseline scan failed:\n{scan.stdout}\n{scan.stderr}")
     scan_s = round(time.monotonic() - started, 1)
-    pick = json.loads(baseline.read_text())["recommendation"]["config"]
+    saved = json.loads(baseline.read_text())
+    pick, reference = saved["recommendation"]["config"], saved["reference"]
     print(f"baseline ({scan_s} s): num_workers={pick['num_workers']} batch_size={pick['batch_size']}", flush=True)
     runs: list[dict] = []
     for i in range(args.runs):
         for condition in conditions:
-            for slowdown in slowdowns:
-                r = one_check(baseline, tmp / f"check-{len(runs)}.json", condition, slowdown)
+            for extra in extras:
+                r = one_check(baseline, tmp / f"check-{len(runs)}.json", condition, extra)
                 runs.append(r)
                 change = f"{r['change']:+.1%} ({r['change_low']:+.1%}…{r['change_high']:+.1%})" if r["change"] is not None else "-"
-                print(f"{i + 1:3d} {condition:14s} {slowdown:4.0%} {r['status']:12s} {change:28s} "
+                print(f"{i + 1:3d} {condition:14s} +{extra:<4.0%} {r['status']:12s} {change:28s} "
                       f"{r['rounds']} rounds {r['wall_s']:5.1f} s", flush=True)
                 summary = {"meta": meta, "runs_per_cell": args.runs, "baseline_scan_s": scan_s, "baseline_pick": pick,
+                           "baseline_reference": reference,
                            "cells": summarise(runs), "wall_s": round(time.monotonic() - started, 1), "runs": runs}
                 Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")  # a cut-off run keeps what it has
-    print(f"\n{'condition':14s} {'slowdown':>8s} {'checks':>6s} {'pass':>5s} {'regr.':>5s} {'incon.':>6s} {'median s':>8s}")
+    print(f"\n{'condition':14s} {'work':>6s} {'checks':>6s} {'pass':>5s} {'regr.':>5s} {'incon.':>6s} {'change':>7s} {'median s':>8s}")
     for c in summarise(runs):
-        print(f"{c['condition']:14s} {c['slowdown']:8.0%} {c['checks']:6d} {c['pass']:5d} {c['regression']:5d} "
-              f"{c['inconclusive']:6d} {c['median_wall_s']:8.1f}")
+        change = f"{c['median_change']:+.1%}" if c["median_change"] is not None else "-"
+        print(f"{c['condition']:14s} +{c['extra_work']:<5.0%} {c['checks']:6d} {c['pass']:5d} {c['regression']:5d} "
+              f"{c['inconclusive']:6d} {change:>7s} {c['median_wall_s']:8.1f}")
 
 
 if __name__ == "__main__":
