@@ -55,6 +55,23 @@ def test_configs_on_one_side_or_unmeasured_have_no_ratio():
     assert diff_config(a, b, 0.02).ratio.value == pytest.approx(2.0)
 
 
+def test_with_a_learned_run_to_run_spread_two_close_configs_are_within_noise():
+    """Tight blocks, 6% apart: the blocks' intervals do not overlap, but runs of one config landed
+    ~5% apart on that machine (two runs of W2 in each scan), so two scans cannot tell them apart."""
+    from loadtune.analysis.noise import run_noise
+
+    def runs(config, levels):
+        return ConfigResult(config, [Trial(config, "ok", blocks=[Block(int(v), 1, 1.0)] * 5) for v in levels])
+
+    a_configs, b_configs = [runs(W0, [1000]), runs(W2, [2000, 2100])], [runs(W0, [1060]), runs(W2, [2000, 2110])]
+    noise = (run_noise(a_configs), run_noise(b_configs))
+    assert noise[0].learned and noise[1].learned
+    blocks_only = diff_config(a_configs[0], b_configs[0], 0.02)
+    assert blocks_only.verdict == FASTER  # what the blocks alone would say
+    learned = diff_config(a_configs[0], b_configs[0], 0.02, noise)
+    assert learned.verdict == SAME and learned.a.low < 1000 * 0.95 and learned.b.high > 1060 * 1.05
+
+
 def test_pairing_matches_by_key_and_keeps_one_sided_configs():
     a = [measured(W0, [1]), measured(W2, [1])]
     b = [measured(W4, [1]), measured(replace(W2), [1]), measured(TrialConfig(32, 0, transfer="sync"), [1])]

@@ -89,6 +89,30 @@ def test_the_interval_covers_the_true_change_95_percent_of_the_time():
     assert covered / runs >= 0.93
 
 
+def test_a_baseline_recorded_in_a_noisy_moment_does_not_make_a_quiet_check_cry_wolf():
+    """Four baseline rounds spreading 30% (as one baseline's 1.13 to 2.45 did), then a quiet check of
+    twelve rounds, unchanged. Pooling the two variances would lend the baseline the check's twelve
+    rounds of confidence and call about 5% of these regressions; each session's own variance does not."""
+    rng = random.Random(5)
+    alarms = 0
+    for _ in range(2000):
+        baseline = [rng.gauss(0, 0.30) for _ in range(4)]
+        now = [rng.gauss(0, 0.03) for _ in range(12)]
+        alarms += decide(paired_change(baseline, now), TOLERANCE) == REGRESSION
+    assert alarms / 2000 <= 0.015
+
+
+def test_the_interval_covers_when_the_two_sessions_spread_differently():
+    rng = random.Random(11)
+    covered, runs, truth = 0, 1000, -0.12
+    for _ in range(runs):
+        baseline = [rng.gauss(0, 0.02) for _ in range(4)]  # a quiet scan
+        now = [math.log(1 + truth) + rng.gauss(0, 0.10) for _ in range(6)]  # a check under load
+        change = paired_change(baseline, now)
+        covered += change.low <= truth <= change.high
+    assert covered / runs >= 0.93
+
+
 def test_without_pairing_the_same_machine_would_cry_wolf():
     """The reason for the paired design: comparing raw samples/s across the same drifting machine."""
     rng = random.Random(3)

@@ -1,9 +1,11 @@
 """Two saved scans side by side, config by config (``loadtune show a.json b.json``): pure arithmetic.
 
 Before and after a dataset change, or one dataset on two machines. Configs are matched by
-``TrialConfig.key``; each pair gets the ratio b/a with an interval from both estimates, and a
-verdict that calls a difference real only when it is beyond the noise of both measurements (the
-same test the recommendation uses for ties). What differs around the numbers — cores, torch, the
+``TrialConfig.key``; each side's figure carries the interval for a long run that its own scan
+learned (``analysis.noise``), each pair gets the ratio b/a with an interval from both, and a verdict
+that calls a difference real only when the two long-run intervals are apart and the medians differ
+beyond what two runs of one config do (the test the recommendation uses for configs measured at
+different times: two scans always are). What differs around the numbers — cores, torch, the
 device, the dataset file, loadtune's own calibration workload — is listed, because a ratio across
 machines means little without it.
 """
@@ -15,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from loadtune.analysis.environment import environment_changes, spec_identity
 from loadtune.model.config import TrialConfig
+from loadtune.analysis.noise import RunNoise, long_run, run_noise, tie_floor
 from loadtune.analysis.recommend import noise_floor_of
 from loadtune.model.results import ConfigResult, ScanResult, by_config
 from loadtune.model.estimate import Estimate
@@ -57,10 +60,12 @@ def judge(a: Estimate, b: Estimate, floor: float) -> tuple[Ratio, str]:
     return r, FASTER if b.median > a.median else SLOWER
 
 
-def diff_config(a: ConfigResult | None, b: ConfigResult | None, floor: float) -> ConfigDiff:
+def diff_config(a: ConfigResult | None, b: ConfigResult | None, floor: float,
+                noise: tuple[RunNoise, RunNoise] = (RunNoise(0.0, 0), RunNoise(0.0, 0))) -> ConfigDiff:
+    """One config's row: each side's long-run figure (its own scan's ``noise``), their ratio, the verdict."""
     config = (a or b).config
-    a_est = a.estimate if a is not None else None
-    b_est = b.estimate if b is not None else None
+    a_est = long_run(a, noise[0]) if a is not None else None
+    b_est = long_run(b, noise[1]) if b is not None else None
     a_status = config_status(a) if a is not None else None
     b_status = config_status(b) if b is not None else None
     if a is None or b is None:
@@ -79,8 +84,9 @@ def pair_configs(a: list[ConfigResult], b: list[ConfigResult]) -> list[tuple[Con
 
 
 def noise_floor(a: ScanResult, b: ScanResult) -> float:
-    """The looser of the two scans' floors: each scan's own notion of "too close to call"."""
-    return max(noise_floor_of(r) for r in (a, b))
+    """The looser of the two scans' floors: each scan's own notion of "too close to call", widened
+    to how far two runs of one config land apart on its machine where the scan learned that."""
+    return max(tie_floor(run_noise(r.configs), noise_floor_of(r)) for r in (a, b))
 
 
 def calibration_estimate(result: ScanResult) -> Estimate | None:
@@ -134,6 +140,7 @@ class Comparison:
     a_pick: TrialConfig | None = None
     b_pick: TrialConfig | None = None
     calibration: Ratio | None = None  # b / a on loadtune's yardstick: how the machines differ
+    spreads: tuple[float | None, float | None] = (None, None)  # each scan's run-to-run spread (None: not learned)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -148,6 +155,7 @@ class Comparison:
             "a": self.a_name,
             "b": self.b_name,
             "noise_floor": self.noise_floor,
+            "run_spread": {"a": self.spreads[0], "b": self.spreads[1]},
             "settings_differences": self.settings,
             "dataset_differences": self.dataset,
             "a_recommendation": self.a_pick.to_dict() if self.a_pick else None,
@@ -177,7 +185,8 @@ def finite(values: dict) -> dict:
 
 def compare(a: ScanResult, b: ScanResult, a_name: str = "A", b_name: str = "B") -> Comparison:
     floor = noise_floor(a, b)
-    diffs = [diff_config(x, y, floor) for x, y in pair_configs(a.configs, b.configs)]
+    noise = (run_noise(a.configs), run_noise(b.configs))
+    diffs = [diff_config(x, y, floor, noise) for x, y in pair_configs(a.configs, b.configs)]
     cal_a, cal_b = calibration_estimate(a), calibration_estimate(b)
     return Comparison(
         a_name, b_name, diffs, floor,
@@ -186,6 +195,7 @@ def compare(a: ScanResult, b: ScanResult, a_name: str = "A", b_name: str = "B") 
         a_pick=a.recommendation.config if a.recommendation else None,
         b_pick=b.recommendation.config if b.recommendation else None,
         calibration=ratio(cal_b, cal_a) if cal_a and cal_b else None,
+        spreads=tuple(n.between if n.learned else None for n in noise),
     )
 
 

@@ -16,11 +16,12 @@ STYLES = {PASS: "bold green", REGRESSION: "bold red"}
 
 
 def round_line(index: int, paired: PairedRound) -> str:
-    """One paired round as it is measured: both rates and their ratio."""
+    """One paired round as it is measured: both rates and their ratio (the median of its block pairs)."""
     first = "config first" if paired.config_first else "calibration first"
     ratio = f"{paired.ratio:.3f}" if paired.ratio else "-"
+    how = f"median of {paired.pairs} block pairs, {first}" if paired.pairs else first
     return (f"  round {index}: config {paired.config_rate or 0:,.0f} samples/s, shaped calibration "
-            f"{paired.calibration_rate or 0:,.0f} samples/s, ratio {ratio} ({first})")
+            f"{paired.calibration_rate or 0:,.0f} samples/s, ratio {ratio} ({how})")
 
 
 def print_check(console: Console, outcome: CheckResult, rounds: bool = True) -> None:
@@ -38,7 +39,7 @@ def print_check(console: Console, outcome: CheckResult, rounds: bool = True) -> 
         console.print(f"  environment changed: {line}", style="yellow")
     load = load_summary(outcome.trials, NOISE_FLOOR)
     if load is not None and load.disturbed:
-        console.print(f"  measured under load: {load_sentence(load)}; a round's ratio discounts load that lasted through "
-                      "both its trials, not load that came or went between them", style="yellow", highlight=False)
+        console.print(f"  measured under load: {load_sentence(load)}; a round's ratio discounts it where it hit both "
+                      "loaders of a block pair alike", style="yellow", highlight=False)
     style = STYLES.get(outcome.status, "bold yellow")
     console.print(Text(outcome.status.upper() + (": " + "; ".join(outcome.reasons) if outcome.reasons else ""), style=style))

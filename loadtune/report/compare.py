@@ -50,10 +50,22 @@ def build_comparison_table(cmp: Comparison, diffs: list[ConfigDiff], fold: int) 
             ratio_text(d.ratio, fold >= 1) if d.ratio else "-",
             Text(d.verdict, style=VERDICT_STYLES.get(d.verdict, "yellow")),
         )
-    table.caption = ("★A, ★B: each scan's recommendation · ±: 95% interval of the median · B/A: ratio with its interval · "
+    table.caption = (f"★A, ★B: each scan's recommendation · ±: {spread_meaning(cmp.spreads)} · B/A: ratio with its interval · "
                      f"within noise: the intervals overlap or the medians are within {cmp.noise_floor:.0%}")
     table.caption_justify = "left"
     return table
+
+
+def spread_meaning(spreads: tuple[float | None, float | None]) -> str:
+    """What each side's ± is: an interval for a long run where its scan repeated a config, else its blocks'."""
+    learned = [f"{s:.1%} in {side}" for side, s in zip("AB", spreads) if s is not None]
+    if len(learned) == 2:
+        return f"95% interval for a long run (run-to-run spread {learned[0]}, {learned[1]})"
+    if learned:
+        other = "B" if spreads[0] is not None else "A"
+        return (f"95% interval for a long run where learned ({learned[0]}); in {other} the median block's own "
+                "(no config repeated: run-to-run noise unknown)")
+    return "95% interval of the median block (neither scan repeated a config: run-to-run noise unknown)"
 
 
 def side_text(est, status: str | None, folded: bool = False) -> Text:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
-from loadtune.model.results import ScanResult, check_writable
+from loadtune.model.results import ConfigResult, ScanResult, check_writable
 from loadtune.analysis.bound import scan_bound
+from loadtune.analysis.noise import RunNoise, long_run, run_noise
 
 FORMATS = {".png": "png", ".svg": "svg"}
 INSTALL_HINT = "pip install matplotlib"  # not 'loadtune[plot]': the PyPI name loadtune is another project's
@@ -113,10 +114,17 @@ def plot_batch_size(result: ScanResult) -> int:
     return max(set(sizes), key=sizes.count)
 
 
+def point(config: ConfigResult, noise: RunNoise) -> Point:
+    """A config's median with the interval the table prints for it (for a long run, once learned)."""
+    est = long_run(config, noise)
+    return Point(config.config.num_workers, est.median, est.low, est.high)
+
+
 def plot_data(result: ScanResult) -> PlotData:
     """Lines of (num_workers, median, interval) at the plotted batch size. ``num_workers=0`` has no
     prefetch or persistence, so its point starts every line of the same pinning and transfer."""
     bs = plot_batch_size(result)
+    noise = run_noise(result.configs)
     configs = [c for c in result.configs if c.config.batch_size == bs]
     ok = [c for c in configs if c.ok]
     order = lambda key: [(v is None, v if isinstance(v, (bool, int)) else str(v)) for v in key]  # noqa: E731  None sorts last
@@ -129,15 +137,13 @@ def plot_data(result: ScanResult) -> PlotData:
     for key in with_workers:
         members = [c for c in ok if line_key(c.config) == key
                    or (c.config.num_workers == 0 and (c.config.pin_memory, c.config.transfer) == (key[1], key[2]))]
-        points = sorted((Point(c.config.num_workers, c.estimate.median, c.estimate.low, c.estimate.high) for c in members),
-                        key=lambda p: p.workers)
+        points = sorted((point(c, noise) for c in members), key=lambda p: p.workers)
         shown = [i for i in range(len(LINE_KNOBS)) if i in varying or i == 0]
         label = ", ".join(names[i](key[i]) for i in shown)
         lines.append(Line(label, points))
     rec = result.recommendation
     pick = result.config_result(rec.config) if rec is not None and rec.config.batch_size == bs else None
-    recommended = (Point(pick.config.num_workers, pick.estimate.median, pick.estimate.low, pick.estimate.high)
-                   if pick is not None and pick.ok else None)
+    recommended = point(pick, noise) if pick is not None and pick.ok else None
     m = result.machine
     return PlotData(
         batch_size=bs,
@@ -147,7 +153,7 @@ def plot_data(result: ScanResult) -> PlotData:
         bound=bound_of(result),
         title=f"{result.spec.dataset_type}: samples/s against num_workers, batch size {bs}",
         subtitle=f"{m.usable_cores} usable cores · {result.settings.device} · torch {m.torch} · "
-                 f"bars: 95% interval of the median · {result.created}",
+                 f"bars: {'95% interval for a long run' if noise.learned else '95% interval of the median block'} · {result.created}",
     )
 
 
