@@ -91,8 +91,14 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=20, help="checks per cell")
     p.add_argument("--extra-work", default="0,0.10,0.25", help="work added to each sample, comma-separated fractions")
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="machine conditions, comma-separated")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", help="the JSON written as the checks end")
+    p.add_argument("--show", metavar="JSON", help="print the table of a saved run and exit")
     args = p.parse_args()
+    if args.show:
+        print_table(summarise(json.loads(Path(args.show).read_text())["runs"]))
+        return
+    if not args.out:
+        p.error("--out is required to run the checks")
     meta = run_meta()
     extras = [float(s) for s in args.extra_work.split(",")]
     conditions = [c.strip() for c in args.conditions.split(",")]
@@ -122,11 +128,17 @@ def main() -> None:
                            "baseline_reference": reference,
                            "cells": summarise(runs), "wall_s": round(time.monotonic() - started, 1), "runs": runs}
                 Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")  # a cut-off run keeps what it has
-    print(f"\n{'condition':14s} {'work':>6s} {'checks':>6s} {'pass':>5s} {'regr.':>5s} {'incon.':>6s} {'change':>7s} {'median s':>8s}")
-    for c in summarise(runs):
+    print_table(summarise(runs))
+
+
+def print_table(cells: list[dict]) -> None:
+    """The cells as the Markdown table RESULTS.md shows."""
+    print("| condition | work added | checks | pass | regression | inconclusive | median change | median s | max s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for c in cells:
         change = f"{c['median_change']:+.1%}" if c["median_change"] is not None else "-"
-        print(f"{c['condition']:14s} +{c['extra_work']:<5.0%} {c['checks']:6d} {c['pass']:5d} {c['regression']:5d} "
-              f"{c['inconclusive']:6d} {change:>7s} {c['median_wall_s']:8.1f}")
+        print(f"| {c['condition']} | +{c['extra_work']:.0%} | {c['checks']} | {c['pass']} | {c['regression']} | "
+              f"{c['inconclusive']} | {change} | {c['median_wall_s']:.0f} | {c['max_wall_s']:.0f} |")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import loadtune
+from loadtune.engine.distributed.agent import with_ranks
 from loadtune.engine.distributed.layout import setup_for
 from loadtune.engine.machine import usable_cores
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
@@ -61,7 +62,7 @@ def side_by_side(configs: dict, ranks: int, opts: dict, repeats: int, seed: int)
         order = list(configs)
         rng.shuffle(order)
         for name in order:
-            request = TrialRequest(configs[name], "cpu", timing, LoaderOptions(seed=seed), scan_opts.timeout, "fork", ranks=setup)
+            request = with_ranks(TrialRequest(configs[name], "cpu", timing, LoaderOptions(seed=seed), scan_opts.timeout, "fork"), setup)
             trial = run_trial(source, request)
             runs[name].append({
                 "ok": trial.ok,

@@ -1,4 +1,4 @@
-from loadtune.cli.app import main
+from loadtune.cli import main
 
 if __name__ == "__main__":
     main()

@@ -193,15 +193,20 @@ def test_progress_is_a_live_bar_on_a_terminal_and_lines_elsewhere(monkeypatch):
 # --- JUnit and the job summary ------------------------------------------------------------------------
 
 
-def check_result(status, defaults_ok=True, rounds=2):
-    """A check as engine.check builds it: PyTorch's defaults first, then each round's two trials in the
-    order the round ran them."""
-    paired = [PairedRound(1000.0, 500.0, config_first=i % 2 == 0) for i in range(rounds)]
+def check_result(status, defaults_ok=True, rounds=2, back_to_back=False):
+    """A check as engine.check builds it: PyTorch's defaults first, then one paired trial per round (the
+    config's blocks and the shaped calibration's), or, as with several ranks, each round's two trials in
+    the order the round ran them."""
+    paired = [PairedRound(1000.0, 500.0, config_first=i % 2 == 0, pairs=0 if back_to_back else 3) for i in range(rounds)]
     trials = [fake_trial(TrialConfig(64, 0), 300.0) if defaults_ok else failed_trial(TrialConfig(64, 0))]
     for p in paired:
         own, calibration = fake_trial(PICK, 1000.0), fake_trial(PICK, 500.0)
         own.wall_s, calibration.wall_s = 3.0, 2.0
-        trials += [own, calibration] if p.config_first else [calibration, own]
+        if not back_to_back:
+            own.calibration_blocks, own.wall_s = calibration.blocks, 5.0
+            trials.append(own)
+        else:
+            trials += [own, calibration] if p.config_first else [calibration, own]
     trials[0].wall_s = 1.5
     reasons = {PASS: [], REGRESSION: ["throughput fell 30.0% against the shaped calibration"],
                INCONCLUSIVE: ["the change straddles the tolerance"], NOTHING: ["no round of the checked config could be measured"]}
@@ -211,12 +216,16 @@ def check_result(status, defaults_ok=True, rounds=2):
                        change_high=-0.2, wall_s=12.0, trials=trials)
 
 
+@pytest.mark.parametrize("back_to_back", [False, True])
 @pytest.mark.parametrize("status, tag", [(PASS, None), (REGRESSION, "failure"), (INCONCLUSIVE, "error"), (NOTHING, "error")])
-def test_junit_has_a_timed_testcase_per_measured_config(status, tag):
-    suite = ET.fromstring(ci.junit_xml(check_result(status)))
+def test_junit_has_a_timed_testcase_per_measured_config(status, tag, back_to_back):
+    suite = ET.fromstring(ci.junit_xml(check_result(status, back_to_back=back_to_back)))
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == ["throughput w2 pf2 bs64", "shaped calibration (w2 pf2 bs64)", "PyTorch's defaults w0 bs64"]
-    assert [float(c.get("time")) for c in cases] == [6.0, 4.0, 1.5]  # each config's own trials
+    # each config's own trials; a paired trial's 5 s are shared by its two loaders
+    assert [float(c.get("time")) for c in cases] == ([6.0, 4.0, 1.5] if back_to_back else [5.0, 5.0, 1.5])
+    calibration = cases[1].find("system-out").text  # the calibration's own rate, about 500, not the config's
+    assert "samples/s now, median of 2 trials" in calibration and 490 <= float(calibration.split(": ")[1].split()[0]) <= 510
     assert suite.get("tests") == "3" and float(suite.get("time")) == 12.0
     assert suite.get("failures") == str(int(tag == "failure")) and suite.get("errors") == str(int(tag == "error"))
     checked = cases[0]
@@ -280,6 +289,12 @@ def test_version_and_help_texts():
     for command in ("scan", "show", "check", "doctor"):
         assert "--format" in invoke(command, "--help").output
     assert "[tool.loadtune] baseline" in invoke("check", "--help").output
+
+
+def test_the_version_is_answered_without_importing_torch():
+    code = "import sys; sys.argv = ['loadtune', '--version']; from loadtune.cli import main; main(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.split()
+    assert out == ["loadtune", __version__, "False"]
 
 
 def test_format_is_checked_before_any_work():

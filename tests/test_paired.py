@@ -51,14 +51,14 @@ def test_back_to_back_rounds_read_the_ratio_of_the_two_trials():
 
 
 def test_pairs_follow_the_timing():
-    assert pairs_for(Timing(blocks=10)) == 10 and pairs_for(Timing(blocks=1)) == 2
+    assert pairs_for(Timing(blocks=10)) == 5 and pairs_for(Timing(blocks=1)) == 2
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config_first", [True, False])
 def test_a_paired_trial_alternates_the_two_loaders_in_one_process(config_first):
     """Real workers: both loaders time the same number of blocks, in A B, B A, ... order."""
-    timing = Timing(warmup_s=0.1, block_s=0.2, blocks=3, max_s=40)
+    timing = Timing(warmup_s=0.1, block_s=0.2, blocks=6, max_s=40)
     request = quick_request(TrialConfig(batch_size=16, num_workers=2, persistent_workers=True), timing)
     seen = []
     trial = run_trial(SpecRef(str(SPECS / "tiny.py")), replace(request, entry=PairedEntry(SHAPE, 512, config_first)),
@@ -76,7 +76,7 @@ def test_a_paired_trial_alternates_the_two_loaders_in_one_process(config_first):
 
 @pytest.mark.slow
 def test_paired_round_runs_one_process_per_round():
-    timing = Timing(warmup_s=0.1, block_s=0.2, blocks=2, max_s=40)
+    timing = Timing(warmup_s=0.1, block_s=0.2, blocks=4, max_s=40)
     request = quick_request(TrialConfig(batch_size=16, num_workers=1), timing)
     got, trials = paired_round(SpecRef(str(SPECS / "tiny.py")), SHAPE, None, request, index=1)
     assert len(trials) == 1 and got.pairs == 2 and got.config_first is False and got.ratio > 0

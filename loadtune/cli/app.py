@@ -157,7 +157,7 @@ def scan(
                                                                                    "(default: on)"),
     reference_rounds: Optional[int] = typer.Option(None, "--reference-rounds",
                                                    help="paired rounds of the pick and its shaped calibration: the reference "
-                                                   "`loadtune check` compares with; 0: none (default: 4)"),
+                                                   "`loadtune check` compares with; 0: none (default: 8)"),
     current: Optional[str] = typer.Option(None, "--current", help="your own settings, e.g. \"num_workers=8,pin_memory=True,batch_size=256\": "
                                                                   "always measured, marked in the table; the gain is stated over them, "
                                                                   "and keeping them is a possible verdict"),

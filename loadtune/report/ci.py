@@ -18,32 +18,39 @@ from loadtune.report.text import rate
 @dataclass
 class Measured:
     """One config the check measured, as a JUnit test case: what it is, its trials, and the verdict's
-    part in it (only the checked config carries the verdict)."""
+    part in it (only the checked config carries the verdict). ``calibration``: the shaped calibration's
+    blocks of paired trials, which hold both loaders (each loader is given half a trial's seconds)."""
 
     name: str
     config: TrialConfig
     trials: list[Trial]
     checked: bool = False
+    calibration: bool = False
 
     @property
     def seconds(self) -> float:
-        return sum(t.wall_s for t in self.trials)
+        return sum(t.wall_s / (2 if t.calibration_blocks else 1) for t in self.trials)
 
     @property
     def rates(self) -> list[float]:
-        return [t.estimate.median for t in self.trials if t.ok and t.estimate is not None]
+        if not self.calibration:
+            return [t.estimate.median for t in self.trials if t.ok and t.estimate is not None]
+        return [statistics.median(b.rate for b in t.calibration_blocks) for t in self.trials if t.calibration_blocks]
 
 
 def measured(result: CheckResult) -> list[Measured]:
     """The check's trials by what they measured: PyTorch's defaults (once, first, unless they are the
-    checked config), then per paired round the config and its shaped calibration in the order the round
-    ran them (``config_first``, as ``engine.reference.paired_round`` alternates it)."""
-    trials = list(result.trials)
-    defaults = trials.pop(0) if len(trials) == 2 * len(result.rounds) + 1 else None
-    own, calibration = [], []
-    if len(trials) == 2 * len(result.rounds):
-        for i, paired in enumerate(result.rounds):
-            first, second = trials[2 * i], trials[2 * i + 1]
+    checked config), then one paired trial per round holding the config and its shaped calibration, or
+    (several ranks) two trials per round in the order the round ran them (``config_first``, as
+    ``engine.reference.paired_round`` alternates it)."""
+    trials, n = list(result.trials), len(result.rounds)
+    per_round = 1 if any(t.calibration_blocks for t in trials) else 2
+    defaults = trials.pop(0) if n and len(trials) == per_round * n + 1 else None
+    own, calibration, in_pairs = [], [], per_round == 1
+    if n and in_pairs and len(trials) == n:
+        own = calibration = trials
+    elif n and len(trials) == 2 * n:
+        for paired, first, second in zip(result.rounds, trials[::2], trials[1::2]):
             own.append(first if paired.config_first else second)
             calibration.append(second if paired.config_first else first)
     else:  # not a check's own trial list (hand-made): every trial of the config counts as its own
@@ -51,7 +58,7 @@ def measured(result: CheckResult) -> list[Measured]:
     label = result.config.label()
     cases = [Measured(f"throughput {label}", result.config, own, checked=True)]
     if calibration:
-        cases.append(Measured(f"shaped calibration ({label})", result.config, calibration))
+        cases.append(Measured(f"shaped calibration ({label})", result.config, calibration, calibration=in_pairs))
     if defaults is not None:
         cases.append(Measured(f"PyTorch's defaults {defaults.config.label()}", defaults.config, [defaults]))
     return cases

@@ -39,9 +39,10 @@ MIN_PAIRS = 2  # block pairs per paired trial at least: one pair has no spread o
 
 
 def pairs_for(timing: Timing) -> int:
-    """Block pairs a paired trial times: as many as a trial of one loader has blocks, each block half
-    as long (the same timed seconds in all). Short neighbours share more of the machine's moods."""
-    return max(MIN_PAIRS, timing.blocks)
+    """Block pairs a paired trial times: half as many as a trial of one loader has blocks, each block
+    half as long (short neighbours share more of the machine's moods). A round is short, since what
+    limits a check is the spread between rounds (fresh processes), which only more rounds narrow."""
+    return max(MIN_PAIRS, timing.blocks // 2)
 
 
 def measure_alternating(
