@@ -2,7 +2,9 @@
 detection of real slowdowns, on a quiet machine, with one core kept busy by another process, and with
 a background process switched on and off every few seconds (the machine's pace changes mid-check).
 
-One baseline scan (quiet), then ``--runs`` checks per cell at default settings; cells (condition x
+One baseline scan (quiet; of 2 workers unless ``--workers`` says otherwise, so that the checked config's
+worker processes contend for the cores with the background load), then ``--runs`` checks per cell at
+default settings; cells (condition x
 slowdown) are interleaved run by run, so drift of the machine over the benchmark hits every cell alike.
 The dataset's work per sample is a dial (``check_dataset.py``: more operations per sample), not a
 sleep: ``--extra-work 0.25`` gives each sample 25% more operations. Targets: at most 1 regression
@@ -91,6 +93,8 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=20, help="checks per cell")
     p.add_argument("--extra-work", default="0,0.10,0.25", help="work added to each sample, comma-separated fractions")
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="machine conditions, comma-separated")
+    p.add_argument("--workers", default="2", help="the baseline scan's worker counts (default 2: the checked config "
+                   "has workers, whose processes contend for the cores with the background load)")
     p.add_argument("--out", help="the JSON written as the checks end")
     p.add_argument("--show", metavar="JSON", help="print the table of a saved run and exit")
     args = p.parse_args()
@@ -108,7 +112,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="loadtune-alarms-"))
     baseline = tmp / "baseline.json"
     started = time.monotonic()
-    scan = loadtune("scan", str(SPEC), "--json", str(baseline), "-q")
+    scan = loadtune("scan", str(SPEC), "--json", str(baseline), "-q", "--workers", args.workers)
     if scan.returncode != 0:
         sys.exit(f"baseline scan failed:\n{scan.stdout}\n{scan.stderr}")
     scan_s = round(time.monotonic() - started, 1)
