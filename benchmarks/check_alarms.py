@@ -98,6 +98,7 @@ def main() -> None:
     p.add_argument("--out", help="the JSON written as the checks end")
     p.add_argument("--show", metavar="JSON", help="print the table of a saved run and exit")
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # killed: the background load goes too
     if args.show:
         print_table(summarise(json.loads(Path(args.show).read_text())["runs"]))
         return
