@@ -95,6 +95,8 @@ def main() -> None:
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="machine conditions, comma-separated")
     p.add_argument("--workers", default="2", help="the baseline scan's worker counts (default 2: the checked config "
                    "has workers, whose processes contend for the cores with the background load)")
+    p.add_argument("--baseline", help="check against this saved scan instead of scanning first (another cell set "
+                   "against the same baseline)")
     p.add_argument("--out", help="the JSON written as the checks end")
     p.add_argument("--show", metavar="JSON", help="print the table of a saved run and exit")
     args = p.parse_args()
@@ -111,15 +113,16 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown condition {sorted(unknown)[0]!r}; choose from {', '.join(CONDITIONS)}")
     tmp = Path(tempfile.mkdtemp(prefix="loadtune-alarms-"))
-    baseline = tmp / "baseline.json"
     started = time.monotonic()
-    scan = loadtune("scan", str(SPEC), "--json", str(baseline), "-q", "--workers", args.workers)
-    if scan.returncode != 0:
-        sys.exit(f"baseline scan failed:\n{scan.stdout}\n{scan.stderr}")
-    scan_s = round(time.monotonic() - started, 1)
+    baseline, scan_s = (Path(args.baseline), None) if args.baseline else (tmp / "baseline.json", 0.0)
+    if not args.baseline:
+        scan = loadtune("scan", str(SPEC), "--json", str(baseline), "-q", "--workers", args.workers)
+        if scan.returncode != 0:
+            sys.exit(f"baseline scan failed:\n{scan.stdout}\n{scan.stderr}")
+        scan_s = round(time.monotonic() - started, 1)
     saved = json.loads(baseline.read_text())
     pick, reference = saved["recommendation"]["config"], saved["reference"]
-    print(f"baseline ({scan_s} s): num_workers={pick['num_workers']} batch_size={pick['batch_size']}", flush=True)
+    print(f"baseline ({scan_s or 'given'} s): num_workers={pick['num_workers']} batch_size={pick['batch_size']}", flush=True)
     runs: list[dict] = []
     for i in range(args.runs):
         for condition in conditions:
