@@ -1,8 +1,8 @@
 """The verdict of ``loadtune check``, as pure functions.
 
 Each round measures the checked config and a calibration workload shaped like the user's dataset,
-back to back with the same loader settings, so contention and drift hit both alike; the figure of a
-round is the log of their ratio. The baseline recorded the same paired rounds when it was scanned.
+block by block in turn with the same loader settings, so contention and drift hit both alike; the
+figure of a round is the log of their ratio. The baseline recorded the same paired rounds when it was scanned.
 Today's change is the difference of the mean log ratios, with Welch's t-interval from each session's
 own round-to-round variance (a round is a fresh process, so the rounds' spread holds what differs
 from one process to the next). The verdict
@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass
 
 from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION
-from loadtune.model.estimate import t975
+from loadtune.model.estimate import MAD_TO_SIGMA, t975
 from loadtune.model.paired import PairedRound
 
 MIN_BASELINE_ROUNDS = 2  # paired rounds a baseline needs: one ratio has no spread to learn from
@@ -42,8 +42,28 @@ class Change:
 
 
 def log_ratios(rounds: list[PairedRound]) -> list[float]:
-    """log(config / calibration) of each round where both were measured."""
-    return [math.log(r.ratio) for r in rounds if r.ratio]
+    """log(config / calibration) of each round where both were measured, winsorized (``tamed``)."""
+    return tamed([math.log(r.ratio) for r in rounds if r.ratio])
+
+
+WINSOR_SIGMAS = 3.0  # a round further than this many robust standard deviations from its session's median...
+WINSOR_MIN_ROUNDS = 5  # ...is pulled in to that bound, in a session of this many rounds at least
+
+
+def tamed(logs: list[float]) -> list[float]:
+    """Rounds beyond ``WINSOR_SIGMAS`` robust standard deviations (from the MAD) of the session's median
+    pulled in to that bound. Under contention a fresh process now and then lands its workers badly
+    and reads 30-50% off (4 of some 60 loaded rounds did on the development machine): left as it is,
+    one such round widens the interval for the rest of the check, so an unchanged dataset runs to the
+    budget and a real slowdown goes unproven. Too few rounds to judge what is typical: unchanged."""
+    if len(logs) < WINSOR_MIN_ROUNDS:
+        return logs
+    mid = statistics.median(logs)
+    sigma = MAD_TO_SIGMA * statistics.median(abs(x - mid) for x in logs)
+    if sigma == 0:
+        return logs
+    low, high = mid - WINSOR_SIGMAS * sigma, mid + WINSOR_SIGMAS * sigma
+    return [min(max(x, low), high) for x in logs]
 
 
 def paired_change(baseline: list[float], now: list[float]) -> Change | None:
@@ -79,8 +99,8 @@ def decide(change: Change | None, tolerance: float) -> str:
 def machine_change(baseline: list[PairedRound], now: list[PairedRound]) -> Change | None:
     """How fast this machine ran the shaped calibration against the baseline's machine (the same
     interval method): below 0, the machine got slower or busier, which the paired ratio discounts."""
-    then = [math.log(r.calibration_rate) for r in baseline if r.calibration_rate]
-    today = [math.log(r.calibration_rate) for r in now if r.calibration_rate]
+    then = tamed([math.log(r.calibration_rate) for r in baseline if r.calibration_rate])
+    today = tamed([math.log(r.calibration_rate) for r in now if r.calibration_rate])
     return paired_change(then, today)
 
 

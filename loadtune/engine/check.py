@@ -2,7 +2,7 @@
 
 The baseline scan recorded its pick in paired rounds beside a calibration workload shaped like the
 dataset (``engine.reference``). A check measures the same rounds today, with the same loader settings,
-so another process's load or a slower machine moves both trials of a round alike; the verdict compares
+so another process's load or a slower machine moves both loaders of a round alike; the verdict compares
 the ratio of the two with the baseline's (``analysis.verdict``), and measures more rounds while the
 interval is too wide to decide, up to a time budget (docs/ci.md).
 """
@@ -36,7 +36,7 @@ from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, ma
 
 
 DEFAULT_BUDGET_S = 180.0  # seconds a check may spend on rounds before it settles for "inconclusive"
-MAX_ROUNDS = 20
+MAX_ROUNDS = 60  # a cap beside the budget: rounds take seconds, so the budget (180 s) usually ends it first
 
 
 class BaselineError(ValueError):

@@ -25,7 +25,7 @@ class CheckResult:
     config: TrialConfig
     tolerance: float
     baseline_rate: float  # the baseline's samples/s for the config
-    rounds: list[PairedRound]  # today's: the config and its shaped calibration, back to back
+    rounds: list[PairedRound]  # today's: the config and its shaped calibration, block by block in turn
     baseline_rounds: list[PairedRound]  # the baseline's reference rounds
     shape: CalibrationShape
     default_rate: float | None  # PyTorch's defaults now, for context
