@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from loadtune.analysis.environment import environment_changes, spec_identity
 from loadtune.model.config import TrialConfig
-from loadtune.analysis.noise import RunNoise, long_run, run_noise, tie_floor
+from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, long_run, run_noise, tie_floor
 from loadtune.analysis.recommend import noise_floor_of
 from loadtune.model.results import ConfigResult, ScanResult, by_config
 from loadtune.model.estimate import Estimate
@@ -61,7 +61,7 @@ def judge(a: Estimate, b: Estimate, floor: float) -> tuple[Ratio, str]:
 
 
 def diff_config(a: ConfigResult | None, b: ConfigResult | None, floor: float,
-                noise: tuple[RunNoise, RunNoise] = (RunNoise(0.0, 0), RunNoise(0.0, 0))) -> ConfigDiff:
+                noise: tuple[RunNoise, RunNoise] = (NOTHING_LEARNED, NOTHING_LEARNED)) -> ConfigDiff:
     """One config's row: each side's long-run figure (its own scan's ``noise``), their ratio, the verdict."""
     config = (a or b).config
     a_est = long_run(a, noise[0]) if a is not None else None
