@@ -13,6 +13,10 @@ The detection rate at each step, the change the checks measured and the time eac
 reported.
 
     python benchmarks/check_alarms.py --runs 20 --out benchmarks/check_alarms.json
+
+``--replay JSON`` scores a saved run's rounds again with today's stopping rule and verdict
+(``analysis.verdict.next_step``), round by round as ``check`` would have met them: a rule that stops
+no later than the one that measured them gives exactly the verdicts it would have given.
 """
 
 from __future__ import annotations
@@ -29,6 +33,12 @@ import time
 from pathlib import Path
 
 from meta import run_meta
+
+from loadtune.analysis.verdict import judge, next_step
+from loadtune.engine.check import DEFAULT_BUDGET_S, MAX_ROUNDS
+from loadtune.model.paired import PairedRound
+
+DEFAULT_ROUNDS = 3  # check's --rounds default
 
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "check_dataset.py"
@@ -67,8 +77,26 @@ def one_check(baseline: Path, out: Path, condition: str, extra_work: float) -> d
             "status": EXIT_STATUS.get(proc.returncode, f"exit {proc.returncode}"),
             "change": data.get("change"), "change_low": data.get("change_low"), "change_high": data.get("change_high"),
             "rounds": len(data.get("rounds", [])), "wall_s": round(time.monotonic() - started, 1),
+            "reasons": data.get("reasons"),
             "paired_rounds": data.get("rounds", []),  # to score another verdict rule on the same rounds
             "stderr_tail": proc.stderr[-400:] if proc.returncode not in EXIT_STATUS else None}
+
+
+def replay(run: dict, baseline_rounds: list[dict], tolerance: float = 0.10, budget_s: float = DEFAULT_BUDGET_S) -> dict:
+    """One saved check scored again round by round with ``next_step``, its rounds taken to have come at
+    the check's average pace (its wall time over its rounds) for the budget's projection."""
+    base = [PairedRound(**r) for r in baseline_rounds]
+    rounds = [PairedRound(**r) for r in run["paired_rounds"]]
+    per_round = run["wall_s"] / max(1, len(rounds))
+    for n in range(1, len(rounds) + 1):
+        at_end = min(MAX_ROUNDS, n + int((budget_s - n * per_round) // per_round))
+        status, stop, early = next_step(base, rounds[:n], tolerance, DEFAULT_ROUNDS, at_end)
+        if stop or n == len(rounds):
+            _, _, change = judge(base, rounds[:n], tolerance)
+            return {**run, "status": status, "rounds": n, "wall_s": round(n * per_round, 1), "early": early,
+                    "change": change.value if change else None, "change_low": change.low if change else None,
+                    "change_high": change.high if change else None}
+    return run
 
 
 def summarise(runs: list[dict]) -> list[dict]:
@@ -93,22 +121,37 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=20, help="checks per cell")
     p.add_argument("--extra-work", default="0,0.10,0.25", help="work added to each sample, comma-separated fractions")
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="machine conditions, comma-separated")
+    p.add_argument("--cells", help="instead of every condition x work step: condition:work pairs, comma-separated "
+                   "(e.g. 'quiet:0.05,one core busy:0.10')")
     p.add_argument("--workers", default="2", help="the baseline scan's worker counts (default 2: the checked config "
                    "has workers, whose processes contend for the cores with the background load)")
     p.add_argument("--baseline", help="check against this saved scan instead of scanning first (another cell set "
                    "against the same baseline)")
     p.add_argument("--out", help="the JSON written as the checks end")
     p.add_argument("--show", metavar="JSON", help="print the table of a saved run and exit")
+    p.add_argument("--replay", metavar="JSON", help="score a saved run's rounds again with today's rules, print the "
+                   "table and exit")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # killed: the background load goes too
     if args.show:
         print_table(summarise(json.loads(Path(args.show).read_text())["runs"]))
         return
+    if args.replay:
+        saved = json.loads(Path(args.replay).read_text())
+        replayed = [replay(r, saved["baseline_reference"]["rounds"]) for r in saved["runs"]]
+        changed = sum(a["status"] != b["status"] for a, b in zip(saved["runs"], replayed))
+        print_table(summarise(replayed))
+        print(f"{changed} of {len(replayed)} verdicts differ from the saved run's; "
+              f"{sum(r['rounds'] < o['rounds'] for r, o in zip(replayed, saved['runs']))} checks stop sooner")
+        return
     if not args.out:
         p.error("--out is required to run the checks")
     meta = run_meta()
-    extras = [float(s) for s in args.extra_work.split(",")]
-    conditions = [c.strip() for c in args.conditions.split(",")]
+    if args.cells:
+        cells = [(c.strip(), float(w)) for c, w in (cell.rsplit(":", 1) for cell in args.cells.split(","))]
+    else:
+        cells = [(c.strip(), float(w)) for c in args.conditions.split(",") for w in args.extra_work.split(",")]
+    conditions = [c for c, _ in cells]
     unknown = set(conditions) - set(CONDITIONS)
     if unknown:
         sys.exit(f"unknown condition {sorted(unknown)[0]!r}; choose from {', '.join(CONDITIONS)}")
@@ -125,17 +168,16 @@ def main() -> None:
     print(f"baseline ({scan_s or 'given'} s): num_workers={pick['num_workers']} batch_size={pick['batch_size']}", flush=True)
     runs: list[dict] = []
     for i in range(args.runs):
-        for condition in conditions:
-            for extra in extras:
-                r = one_check(baseline, tmp / f"check-{len(runs)}.json", condition, extra)
-                runs.append(r)
-                change = f"{r['change']:+.1%} ({r['change_low']:+.1%}…{r['change_high']:+.1%})" if r["change"] is not None else "-"
-                print(f"{i + 1:3d} {condition:14s} +{extra:<4.0%} {r['status']:12s} {change:28s} "
-                      f"{r['rounds']} rounds {r['wall_s']:5.1f} s", flush=True)
-                summary = {"meta": meta, "runs_per_cell": args.runs, "baseline_scan_s": scan_s, "baseline_pick": pick,
-                           "baseline_reference": reference,
-                           "cells": summarise(runs), "wall_s": round(time.monotonic() - started, 1), "runs": runs}
-                Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")  # a cut-off run keeps what it has
+        for condition, extra in cells:
+            r = one_check(baseline, tmp / f"check-{len(runs)}.json", condition, extra)
+            runs.append(r)
+            change = f"{r['change']:+.1%} ({r['change_low']:+.1%}…{r['change_high']:+.1%})" if r["change"] is not None else "-"
+            print(f"{i + 1:3d} {condition:14s} +{extra:<4.0%} {r['status']:12s} {change:28s} "
+                  f"{r['rounds']} rounds {r['wall_s']:5.1f} s", flush=True)
+            summary = {"meta": meta, "runs_per_cell": args.runs, "baseline_scan_s": scan_s, "baseline_pick": pick,
+                       "baseline_reference": reference,
+                       "cells": summarise(runs), "wall_s": round(time.monotonic() - started, 1), "runs": runs}
+            Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")  # a cut-off run keeps what it has
     print_table(summarise(runs))
 
 

@@ -10,7 +10,10 @@ reads the interval against the tolerance:
 
 - regression: the whole interval lies below ``-tolerance`` (slower beyond it, beyond the noise);
 - pass: the whole interval lies above ``-tolerance``;
-- inconclusive: the interval straddles it; ``check`` measures more rounds while its budget lasts.
+- inconclusive: the interval straddles it; ``check`` measures more rounds while its budget lasts,
+  and stops early when the rounds the budget still allows would almost surely not settle it
+  (``next_step``: a change sitting at the tolerance stays undecided however long it is measured, and
+  a CI job should not wait minutes to be told so).
 
 A slowdown exactly at the tolerance is called either way about as often; the error rates at 0%,
 10% and 25% on a noisy machine are measured in ``benchmarks/check_alarms.py``.
@@ -28,6 +31,8 @@ from loadtune.model.paired import PairedRound
 
 MIN_BASELINE_ROUNDS = 2  # paired rounds a baseline needs: one ratio has no spread to learn from
 MIN_ROUNDS = 2  # rounds a check measures at least, for the same reason
+FUTILITY = 0.02  # an undecided check stops early once the budget's rounds would decide it with less chance than this
+MIN_FUTILITY_ROUNDS = 8  # ...and not before this many rounds: fewer say too little about their own spread
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,61 @@ def decide(change: Change | None, tolerance: float) -> str:
     if change.low > -tolerance:
         return PASS
     return INCONCLUSIVE
+
+
+def chance_to_decide(baseline: list[float], now: list[float], tolerance: float, rounds_at_end: int) -> float | None:
+    """The chance that ``rounds_at_end`` rounds in all (the budget's) would end with an interval wholly on
+    one side of ``-tolerance``, predicted from today's rounds so far (log ratios): the final mean is
+    today's mean plus the mean of the rounds to come, whose spread is today's plus the uncertainty of
+    today's mean (flat prior), widened by t/z for the few rounds the spread is learned from. The final
+    interval is Welch's at ``rounds_at_end`` rounds. None when either session has under two rounds."""
+    n0, n = len(baseline), len(now)
+    if n0 < 2 or n < 2:
+        return None
+    if rounds_at_end <= n:
+        return 0.0
+    var = statistics.variance(now)
+    v0, v_end = statistics.variance(baseline) / n0, var / rounds_at_end
+    se_end = math.sqrt(v0 + v_end)
+    df = (v0 + v_end) ** 2 / (v0 ** 2 / (n0 - 1) + v_end ** 2 / (rounds_at_end - 1)) if se_end else n0 + rounds_at_end - 2
+    half = t975(max(1, math.floor(df))) * se_end
+    spread = math.sqrt(var * (rounds_at_end - n) / (rounds_at_end * n)) * t975(n - 1) / 1.96
+    bound = math.log(1 - tolerance)
+    d = statistics.fmean(now) - statistics.fmean(baseline)
+    if spread == 0:
+        return float(abs(d - bound) > half)
+    return normal_cdf((d - bound - half) / spread) + normal_cdf((bound - half - d) / spread)
+
+
+def normal_cdf(z: float) -> float:
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
+def next_step(
+    baseline: list[PairedRound],
+    rounds: list[PairedRound],
+    tolerance: float,
+    min_rounds: int,
+    rounds_at_end: int,
+    min_throughput: float | None = None,
+) -> tuple[str, bool, str | None]:
+    """After each of today's rounds: the verdict so far, whether to stop measuring, and why when the stop
+    comes before the budget does. ``rounds_at_end``: how many rounds the check would have measured when
+    its budget runs out (today's included). Decided: stop. Undecided: go on while the budget allows,
+    unless (after ``MIN_FUTILITY_ROUNDS``) the budget's rounds would settle it with a chance under
+    ``FUTILITY`` -- a change at the tolerance would only run the budget out to the same verdict."""
+    if len(rounds) < min_rounds:
+        return INCONCLUSIVE, False, None
+    status, _, _ = judge(baseline, rounds, tolerance, min_throughput)
+    if status != INCONCLUSIVE or rounds_at_end <= len(rounds):
+        return status, True, None
+    if len(rounds) < MIN_FUTILITY_ROUNDS:
+        return status, False, None
+    chance = chance_to_decide(log_ratios(baseline), log_ratios(rounds), tolerance, rounds_at_end)
+    if chance is None or chance >= FUTILITY:
+        return status, False, None
+    return status, True, (f"stopped after {len(rounds)} rounds: measured up to the budget ({rounds_at_end} rounds), the "
+                          f"check would settle it with a chance of {chance:.0%}, predicted from the rounds so far")
 
 
 def machine_change(baseline: list[PairedRound], now: list[PairedRound]) -> Change | None:

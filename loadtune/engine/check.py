@@ -32,7 +32,7 @@ from loadtune.model.paired import PairedRound
 from loadtune.model.results import Trial
 from loadtune.engine.reference import paired_round
 from loadtune.analysis.environment import environment_changes, spec_identity
-from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change
+from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step
 
 
 DEFAULT_BUDGET_S = 180.0  # seconds a check may spend on rounds before it settles for "inconclusive"
@@ -101,20 +101,26 @@ def run_check(
     default_trial = run_trial(spec.ref, replace(request, config=default)) if default != config else None
     trials += [default_trial] if default_trial else []
     paired: list[PairedRound] = []
-    status = INCONCLUSIVE
-    while len(paired) < MAX_ROUNDS:
-        round_start = time.monotonic()
+    first_round = time.monotonic()
+    stop, early = False, None
+    while not stop:
         got, round_trials = paired_round(spec.ref, reference.shape, spec.length, replace(request, config=config), len(paired))
         paired.append(got)
         trials += round_trials
         if on_round:
             on_round(len(paired), got)
-        if len(paired) >= rounds:
-            status, _, _ = judge(reference.rounds, paired, tolerance, min_throughput)
-            round_s = time.monotonic() - round_start
-            if status != INCONCLUSIVE or time.monotonic() - started + round_s > budget_s:
-                break
-    return outcome(baseline, config, paired, tolerance, min_throughput, default_trial, trials, started)
+        _, stop, early = next_step(reference.rounds, paired, tolerance, rounds,
+                                   rounds_at_end(len(paired), first_round, started, budget_s), min_throughput)
+    return outcome(baseline, config, paired, tolerance, min_throughput, default_trial, trials, started, early)
+
+
+def rounds_at_end(done: int, first_round: float, started: float, budget_s: float) -> int:
+    """How many rounds the check will have measured when its budget runs out, at the pace of those so far
+    (``MAX_ROUNDS`` at most): another round starts only where it fits."""
+    now = time.monotonic()
+    per_round = (now - first_round) / done
+    more = int((budget_s - (now - started)) // per_round) if per_round > 0 else MAX_ROUNDS
+    return min(MAX_ROUNDS, done + max(0, more))
 
 
 def check_request(baseline: ScanResult, spec: LoadedSpec) -> tuple[TrialRequest, str]:
@@ -137,10 +143,13 @@ def check_request(baseline: ScanResult, spec: LoadedSpec) -> tuple[TrialRequest,
 
 
 def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound], tolerance: float,
-            min_throughput: float | None, default_trial: Trial | None, trials: list[Trial], started: float) -> CheckResult:
-    """The verdict and its figures, with how the machine moved and what differs around it."""
+            min_throughput: float | None, default_trial: Trial | None, trials: list[Trial], started: float,
+            early: str | None = None) -> CheckResult:
+    """The verdict and its figures, with how the machine moved and what differs around it; ``early``: why
+    an undecided check stopped before its budget ran out."""
     reference = baseline.reference
     status, reasons, change = judge(reference.rounds, paired, tolerance, min_throughput)
+    reasons += [early] if early and status == INCONCLUSIVE else []
     moved = machine_change(reference.rounds, paired)
     if moved is not None and (moved.high < -tolerance or moved.low > tolerance):
         reasons.append(f"the machine itself ran the shaped calibration {moved.value:+.0%} against the baseline's "

@@ -1,0 +1,104 @@
+"""Wall time of a default ``loadtune scan`` now against an earlier commit, on the benchmark archetypes.
+
+Both versions scan each archetype with their own copy of it (an option's name may have changed
+between them), from a clean tree of each (``git archive``), side by side: for every repeat and
+archetype the two scans run back to back in alternating order (before, after; then after, before),
+so drift of the machine hits both alike. Reported per archetype: the median wall time of each and the
+median of the paired ratios after / before; overall, the ratio of the summed medians.
+
+    python benchmarks/scan_time.py --before d57275c --repeats 2 --out benchmarks/scan_time.json
+
+Run on an otherwise idle machine: each scan's trials compete with anything else for the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from meta import run_meta
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+ARCHETYPES = ["cpu_bound", "heavy_tail", "iterable", "large_tensors", "storage_latency", "tiny_dataset"]
+
+
+def tree_at(ref: str, into: Path) -> Path:
+    """A clean copy of the repository at ``ref`` (tracked files only)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def one_scan(tree: Path, archetype: str, out: Path) -> dict:
+    """One default scan of ``archetype`` by the loadtune in ``tree``, timed from outside."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "160"}
+    spec = tree / "benchmarks" / "archetypes" / f"{archetype}.py"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "loadtune", "scan", str(spec), "-q", "--json", str(out)],
+                          capture_output=True, text=True, env=env, cwd=tree)
+    wall = time.monotonic() - started
+    data = json.loads(out.read_text()) if out.exists() else {}
+    pick = (data.get("recommendation") or {}).get("config")
+    return {"exit": proc.returncode, "wall_s": round(wall, 1), "trials": len(data.get("trials", [])), "pick": pick,
+            "stderr_tail": proc.stderr[-400:] if proc.returncode else None}
+
+
+def summarise(runs: list[dict]) -> dict:
+    cells, before_total, after_total = {}, 0.0, 0.0
+    for archetype in dict.fromkeys(r["archetype"] for r in runs):
+        rs = [r for r in runs if r["archetype"] == archetype]
+        before = statistics.median(r["before"]["wall_s"] for r in rs)
+        after = statistics.median(r["after"]["wall_s"] for r in rs)
+        cells[archetype] = {"pairs": len(rs), "before_s": before, "after_s": after,
+                            "ratio": statistics.median(r["after"]["wall_s"] / r["before"]["wall_s"] for r in rs),
+                            "before_trials": [r["before"]["trials"] for r in rs],
+                            "after_trials": [r["after"]["trials"] for r in rs]}
+        before_total += before
+        after_total += after
+    return {"archetypes": cells, "before_total_s": before_total, "after_total_s": after_total,
+            "ratio_total": after_total / before_total if before_total else None}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--before", required=True, help="the earlier commit")
+    p.add_argument("--after", default="HEAD", help="the later commit (default HEAD)")
+    p.add_argument("--archetypes", default=",".join(ARCHETYPES))
+    p.add_argument("--repeats", type=int, default=2, help="scan pairs per archetype")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="loadtune-scantime-"))
+    trees = {"before": tree_at(args.before, tmp / "before"), "after": tree_at(args.after, tmp / "after")}
+    refs = {k: subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], capture_output=True, text=True,
+                              check=True).stdout.strip() for k, ref in (("before", args.before), ("after", args.after))}
+    meta, runs = run_meta(), []
+    for i in range(args.repeats):
+        for archetype in args.archetypes.split(","):
+            order = ["before", "after"] if (i + len(runs)) % 2 == 0 else ["after", "before"]
+            run = {"archetype": archetype, "repeat": i, "order": order}
+            for which in order:
+                run[which] = one_scan(trees[which], archetype, tmp / f"{which}-{archetype}-{i}.json")
+            runs.append(run)
+            print(f"{i + 1} {archetype:16s} before {run['before']['wall_s']:6.1f} s ({run['before']['trials']} trials)  "
+                  f"after {run['after']['wall_s']:6.1f} s ({run['after']['trials']} trials)  order {'/'.join(order)}",
+                  flush=True)
+            Path(args.out).write_text(json.dumps({"meta": meta, "refs": refs, "summary": summarise(runs), "runs": runs},
+                                                 indent=1) + "\n")
+    s = summarise(runs)
+    print("| archetype | before s | after s | after / before (median of pairs) |\n|---|---|---|---|")
+    for name, c in s["archetypes"].items():
+        print(f"| {name} | {c['before_s']:.0f} | {c['after_s']:.0f} | {c['ratio']:.2f} |")
+    print(f"| all | {s['before_total_s']:.0f} | {s['after_total_s']:.0f} | {s['ratio_total']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
