@@ -31,6 +31,7 @@ from loadtune.model.paired import PairedRound
 
 MIN_BASELINE_ROUNDS = 2  # paired rounds a baseline needs: one ratio has no spread to learn from
 MIN_ROUNDS = 2  # rounds a check measures at least, for the same reason
+CPU_TOLERANCE = 0.10  # the CPU runs the calibration's unit of work this much slower or faster than the baseline's: no verdict
 FUTILITY = 0.02  # an undecided check stops early once the budget's rounds would decide it with less chance than this
 MIN_FUTILITY_ROUNDS = 8  # ...and not before this many rounds: fewer say too little about their own spread
 
@@ -79,15 +80,38 @@ def paired_change(baseline: list[float], now: list[float]) -> Change | None:
     n0, n = len(baseline), len(now)
     if n0 < 2 or n < 2:
         return None
-    v0, v = statistics.variance(baseline) / n0, statistics.variance(now) / n
-    se = math.sqrt(v0 + v)
-    if se == 0:
-        df = n0 + n - 2
-    else:  # Welch-Satterthwaite
-        df = (v0 + v) ** 2 / (v0 ** 2 / (n0 - 1) + v ** 2 / (n - 1))
+    half = welch_half(statistics.variance(baseline), n0, statistics.variance(now), n)
     d = statistics.fmean(now) - statistics.fmean(baseline)
-    half = t975(max(1, math.floor(df))) * se
     return Change(math.exp(d) - 1, math.exp(d - half) - 1, math.exp(d + half) - 1, n, n0)
+
+
+def welch_half(var0: float, n0: int, var: float, n: int) -> float:
+    """Half-width of Welch's 95% t-interval for a difference of two means, from each side's variance and
+    count (degrees of freedom by Welch-Satterthwaite)."""
+    v0, v = var0 / n0, var / n
+    se = math.sqrt(v0 + v)
+    df = (v0 + v) ** 2 / (v0 ** 2 / (n0 - 1) + v ** 2 / (n - 1)) if se else n0 + n - 2
+    return t975(max(1, math.floor(df))) * se
+
+
+def other_cpu(cpu_change: float | None, baseline_readings: int = 2) -> bool:
+    """One unit of the calibration's work takes more than ``CPU_TOLERANCE`` longer or less time on this CPU
+    than on the baseline's (the fastest of a few thread-time readings, which another process on another
+    core barely moves): other hardware, or a host whose cores another tenant shares. The config and its
+    calibration then need not slow alike -- the paired ratio of an unchanged dataset moved 14% between two
+    2-core VMs of one kind (benchmarks/RESULTS.md) -- so neither a pass nor a regression can be read from
+    it. A baseline of one reading (older files) may have read slow, which makes this CPU look faster: only
+    a slower one counts against it."""
+    if cpu_change is None:
+        return False
+    return cpu_change > CPU_TOLERANCE or (baseline_readings > 1 and cpu_change < -CPU_TOLERANCE)
+
+
+def other_cpu_text(cpu_change: float) -> str:
+    how = f"{cpu_change:.0%} longer" if cpu_change > 0 else f"{-cpu_change:.0%} less time"
+    return (f"one unit of the calibration's work takes {how} on this CPU than on the baseline's (beyond "
+            f"{CPU_TOLERANCE:.0%}: other hardware, or cores shared with another tenant), where the ratio to the "
+            "calibration does not carry over; record the baseline on this runner, best in the same job")
 
 
 def decide(change: Change | None, tolerance: float) -> str:
@@ -113,10 +137,7 @@ def chance_to_decide(baseline: list[float], now: list[float], tolerance: float, 
     if rounds_at_end <= n:
         return 0.0
     var = statistics.variance(now)
-    v0, v_end = statistics.variance(baseline) / n0, var / rounds_at_end
-    se_end = math.sqrt(v0 + v_end)
-    df = (v0 + v_end) ** 2 / (v0 ** 2 / (n0 - 1) + v_end ** 2 / (rounds_at_end - 1)) if se_end else n0 + rounds_at_end - 2
-    half = t975(max(1, math.floor(df))) * se_end
+    half = welch_half(statistics.variance(baseline), n0, var, rounds_at_end)  # the final interval's, at today's spread
     spread = math.sqrt(var * (rounds_at_end - n) / (rounds_at_end * n)) * t975(n - 1) / 1.96
     bound = math.log(1 - tolerance)
     d = statistics.fmean(now) - statistics.fmean(baseline)
@@ -136,16 +157,18 @@ def next_step(
     min_rounds: int,
     rounds_at_end: int,
     min_throughput: float | None = None,
+    other: bool = False,
 ) -> tuple[str, bool, str | None]:
     """After each of today's rounds: the verdict so far, whether to stop measuring, and why when the stop
     comes before the budget does. ``rounds_at_end``: how many rounds the check would have measured when
     its budget runs out (today's included). Decided: stop. Undecided: go on while the budget allows,
     unless (after ``MIN_FUTILITY_ROUNDS``) the budget's rounds would settle it with a chance under
-    ``FUTILITY`` -- a change at the tolerance would only run the budget out to the same verdict."""
+    ``FUTILITY`` -- a change at the tolerance would only run the budget out to the same verdict.
+    ``other``: the baseline is of another CPU (``other_cpu``), which no round can make up for."""
     if len(rounds) < min_rounds:
         return INCONCLUSIVE, False, None
     status, _, _ = judge(baseline, rounds, tolerance, min_throughput)
-    if status != INCONCLUSIVE or rounds_at_end <= len(rounds):
+    if status != INCONCLUSIVE or rounds_at_end <= len(rounds) or other:
         return status, True, None
     if len(rounds) < MIN_FUTILITY_ROUNDS:
         return status, False, None
@@ -153,7 +176,8 @@ def next_step(
     if chance is None or chance >= FUTILITY:
         return status, False, None
     return status, True, (f"stopped after {len(rounds)} rounds: measured up to the budget ({rounds_at_end} rounds), the "
-                          f"check would settle it with a chance of {chance:.0%}, predicted from the rounds so far")
+                          f"check would settle it with a chance of {chance:.1%} (under {FUTILITY:.0%}), predicted from "
+                          "the rounds so far")
 
 
 def machine_change(baseline: list[PairedRound], now: list[PairedRound]) -> Change | None:
@@ -169,23 +193,33 @@ def judge(
     rounds: list[PairedRound],
     tolerance: float,
     min_throughput: float | None = None,
+    cpu_change: float | None = None,
+    baseline_readings: int = 2,
 ) -> tuple[str, list[str], Change | None]:
     """The verdict, the reasons for it, and the change it rests on. Under ``min_throughput`` (the
-    median samples/s of today's rounds) is a regression whatever the ratio says."""
+    median samples/s of today's rounds) is a regression whatever the ratio says. ``cpu_change``: how
+    much longer one unit of the calibration's work takes on this CPU than it did on the baseline's (of
+    ``baseline_readings``), less one; on another CPU (``other_cpu``) the verdict is inconclusive."""
+    moved = other_cpu(cpu_change, baseline_readings)
     rates = [r.config_rate for r in rounds if r.config_rate]
     if not rates:
         return NOTHING, ["no round of the checked config could be measured"], None
     change = paired_change(log_ratios(baseline), log_ratios(rounds))
     status = decide(change, tolerance)
     reasons = []
-    if change is None:
+    if change is not None and status != INCONCLUSIVE and moved:
+        reasons.append(f"the change {change.value:+.1%} (interval {change.low:+.1%} to {change.high:+.1%}) would read "
+                       f"{status}, but {other_cpu_text(cpu_change)}")
+        status = INCONCLUSIVE
+    elif change is None:
         reasons.append("too few paired rounds to estimate the noise")
     elif status == REGRESSION:
         reasons.append(f"throughput fell {-change.value:.1%} against the shaped calibration (interval "
                        f"{change.low:+.1%} to {change.high:+.1%}, wholly beyond the {tolerance:.0%} tolerance)")
     elif status == INCONCLUSIVE:
         reasons.append(f"the change {change.value:+.1%} (interval {change.low:+.1%} to {change.high:+.1%}) straddles "
-                       f"the {tolerance:.0%} tolerance: more rounds or a quieter machine would decide it")
+                       f"the {tolerance:.0%} tolerance: "
+                       + (other_cpu_text(cpu_change) if moved else "more rounds or a quieter machine would decide it"))
     rate_now = statistics.median(rates)
     if min_throughput is not None and rate_now < min_throughput:
         status = REGRESSION

@@ -60,13 +60,23 @@ def work(units: int, seed: int) -> float:
     return float(x[0, 0])
 
 
-def unit_seconds_isolated() -> float:
+UNIT_READINGS = 3  # readings of ``unit_seconds``, a beat apart: the fastest counts
+
+
+def unit_seconds_isolated(readings: int = UNIT_READINGS) -> float:
     """``unit_seconds`` measured in a fork-server child: running torch ops here would start this
-    process's thread pools, and a trial forked from it later could deadlock in them."""
+    process's thread pools, and a trial forked from it later could deadlock in them. The fastest of
+    ``readings`` readings 0.2 s apart: one reading in ten met a moment of load on the development
+    machine and read up to 70% slow, and ``check`` compares this figure across sessions."""
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     with main_module_hidden(), ctx.Pool(1) as pool:
-        return pool.apply(unit_seconds)
+        got = []
+        for i in range(readings):
+            if i:
+                time.sleep(0.2)
+            got.append(pool.apply(unit_seconds))
+        return min(got)
 
 
 def unit_seconds(units: int = 2000, repeats: int = 5) -> float:
@@ -117,10 +127,11 @@ def shape_for(result: ScanResult, config: TrialConfig, unit_s: float) -> Calibra
         wait = st.fetch_wall.mean - st.fetch_cpu.mean
         wait = wait if wait > max(MIN_WAIT_S, 0.1 * cpu) else 0.0  # below that, the profile's noise, not I/O
         numel = st.batch_bytes // (4 * st.batch_size)
-        return CalibrationShape(max(1, round(cpu / unit_s)), wait, max(1, numel), unit_s, "stage profile")
+        return CalibrationShape(max(1, round(cpu / unit_s)), wait, max(1, numel), unit_s, "stage profile", UNIT_READINGS)
     measured = result.config_result(config)
     if measured is None or measured.cpu_per_sample is None:
         return None
     batch = measured.batch
     numel = batch.nbytes // (4 * config.batch_size) if batch else 1
-    return CalibrationShape(max(1, round(measured.cpu_per_sample / unit_s)), 0.0, max(1, numel), unit_s, "trial CPU")
+    return CalibrationShape(max(1, round(measured.cpu_per_sample / unit_s)), 0.0, max(1, numel), unit_s, "trial CPU",
+                            UNIT_READINGS)

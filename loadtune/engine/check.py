@@ -19,6 +19,7 @@ from loadtune.engine import probe as probe_mod
 from loadtune.engine.distributed.agent import with_ranks
 from loadtune.engine.distributed.layout import DistributedError, setup_for
 from loadtune.engine.distributed.layout import validate as validate_layout
+from loadtune.engine.calibration import unit_seconds_isolated
 from loadtune.engine.machine import collect
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.model.config import TrialConfig, transfer_for
@@ -32,7 +33,7 @@ from loadtune.model.paired import PairedRound
 from loadtune.model.results import Trial
 from loadtune.engine.reference import paired_round
 from loadtune.analysis.environment import environment_changes, spec_identity
-from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step
+from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step, other_cpu
 
 
 DEFAULT_BUDGET_S = 180.0  # seconds a check may spend on rounds before it settles for "inconclusive"
@@ -95,7 +96,11 @@ def run_check(
                             "that config recommended (or narrowed to it) to check it")
     if rounds < MIN_ROUNDS:
         raise BaselineError(f"--rounds {rounds} cannot decide: at least {MIN_ROUNDS} paired rounds show the noise")
+    if rounds > MAX_ROUNDS:
+        raise BaselineError(f"--rounds {rounds} is more than the {MAX_ROUNDS} rounds a check measures at most")
     request, device = check_request(baseline, spec)
+    cpu = cpu_change(reference.shape.unit_s)
+    other = other_cpu(cpu, reference.shape.unit_readings)
     trials: list[Trial] = []
     default = TrialConfig(config.batch_size, 0, transfer=transfer_for(False, device.startswith("cuda")))
     default_trial = run_trial(spec.ref, replace(request, config=default)) if default != config else None
@@ -110,8 +115,14 @@ def run_check(
         if on_round:
             on_round(len(paired), got)
         _, stop, early = next_step(reference.rounds, paired, tolerance, rounds,
-                                   rounds_at_end(len(paired), first_round, started, budget_s), min_throughput)
-    return outcome(baseline, config, paired, tolerance, min_throughput, default_trial, trials, started, early)
+                                   rounds_at_end(len(paired), first_round, started, budget_s), min_throughput, other)
+    return outcome(baseline, config, paired, tolerance, min_throughput, default_trial, trials, started, early, cpu)
+
+
+def cpu_change(unit_s: float | None) -> float | None:
+    """CPU time of one unit of the calibration's work on this machine against the baseline's (``unit_s``,
+    read the same way when it was recorded), less one; None when the baseline has none."""
+    return unit_seconds_isolated() / unit_s - 1 if unit_s else None
 
 
 def rounds_at_end(done: int, first_round: float, started: float, budget_s: float) -> int:
@@ -144,11 +155,11 @@ def check_request(baseline: ScanResult, spec: LoadedSpec) -> tuple[TrialRequest,
 
 def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound], tolerance: float,
             min_throughput: float | None, default_trial: Trial | None, trials: list[Trial], started: float,
-            early: str | None = None) -> CheckResult:
+            early: str | None = None, cpu: float | None = None) -> CheckResult:
     """The verdict and its figures, with how the machine moved and what differs around it; ``early``: why
-    an undecided check stopped before its budget ran out."""
+    an undecided check stopped before its budget ran out; ``cpu``: this CPU's speed against the baseline's."""
     reference = baseline.reference
-    status, reasons, change = judge(reference.rounds, paired, tolerance, min_throughput)
+    status, reasons, change = judge(reference.rounds, paired, tolerance, min_throughput, cpu, reference.shape.unit_readings)
     reasons += [early] if early and status == INCONCLUSIVE else []
     moved = machine_change(reference.rounds, paired)
     if moved is not None and (moved.high < -tolerance or moved.low > tolerance):
@@ -164,7 +175,8 @@ def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound]
         change_high=change.high if change else None,
         machine_change=moved.value if moved else None, machine_low=moved.low if moved else None,
         machine_high=moved.high if moved else None,
-        environment=environment_changes(baseline.machine, collect()), wall_s=time.monotonic() - started, trials=trials,
+        cpu_change=cpu, environment=environment_changes(baseline.machine, collect()), wall_s=time.monotonic() - started,
+        trials=trials,
     )
 
 

@@ -38,6 +38,7 @@ class CheckResult:
     machine_change: float | None = None  # the calibration alone, today against the baseline: the machine
     machine_low: float | None = None
     machine_high: float | None = None
+    cpu_change: float | None = None  # CPU time per calibration unit, today against the baseline's, less one
     environment: list[str] = field(default_factory=list)  # what differs from the baseline's machine
     wall_s: float = 0.0
     trials: list[Trial] = field(default_factory=list)

@@ -19,8 +19,9 @@ class CalibrationShape:
     units: int
     sleep_s: float
     sample_numel: int
-    unit_s: float  # CPU seconds one unit took where the shape was set (for the record)
+    unit_s: float  # CPU seconds one unit took where the shape was set: check compares this CPU's with it
     source: str  # where the costs came from: "stage profile", "trial CPU"
+    unit_readings: int = 1  # of how many readings ``unit_s`` is the fastest (older files: one)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -28,7 +29,7 @@ class CalibrationShape:
     @classmethod
     def from_dict(cls, data: dict) -> "CalibrationShape":
         return cls(int(data["units"]), float(data["sleep_s"]), int(data["sample_numel"]), float(data["unit_s"]),
-                   str(data.get("source", "")))
+                   str(data.get("source", "")), int(data.get("unit_readings", 1)))
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,7 @@ def markdown(result: CheckResult) -> str:
     cal_then, cal_now = result.baseline_calibration, result.calibration_now
     machine = (f"{result.machine_change:+.1%} ({result.machine_low:+.1%} … {result.machine_high:+.1%})"
                if result.machine_change is not None else "-")
+    cpu = f"{result.cpu_change:+.1%}" if result.cpu_change is not None else "-"
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression", INCONCLUSIVE: "⚠️ inconclusive"}.get(result.status, "⚠️ " + result.status)
     lines = [
         f"### loadtune check: {icon}",
@@ -151,6 +152,7 @@ def markdown(result: CheckResult) -> str:
         f"| paired rounds | {len(result.baseline_rounds)} | {len(result.rounds)} |",
         f"| change of config / calibration | | {change_text(result, ' … ')} |",
         f"| the machine (calibration alone) | | {machine} |",
+        f"| CPU time per unit of calibration work | | {cpu} |",
         "",
         f"Tolerance {result.tolerance:.0%}" + (f", floor {result.min_throughput:,.0f} samples/s" if result.min_throughput else "")
         + f"; {result.wall_s:.0f} s.",

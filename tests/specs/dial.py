@@ -26,4 +26,4 @@ def dataset():
 
 
 loadtune_options = {"batch_size": 32, "workers": [0, 1, 2], "prefetch": [2], "persistent": True,
-            "warmup": 0.3, "block_time": 0.2, "blocks": 4, "min_blocks": 3}
+            "warmup": 0.3, "block_time": 0.4, "blocks": 6, "min_blocks": 3}
