@@ -153,6 +153,7 @@ def test_baseline_errors_exit_2(baseline, tmp_path):
         (no_reference, SLOWABLE, [], "no paired reference"),
         (baseline, SPECS / "tiny.py", [], "another dataset"),
         (baseline, SLOWABLE, ["--rounds", "1"], "cannot decide"),
+        (baseline, SLOWABLE, ["--rounds", "61"], "at most"),
         (baseline, SLOWABLE, ["--batch-size", "999"], "reference is of"),
         (baseline, SLOWABLE, ["--budget", "0"], "--budget"),
     ]

@@ -43,7 +43,7 @@ from loadtune.analysis.view import ViewError, filters_from, select
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
 EXIT_NOTHING_MEASURED = 3
-EXIT_INCONCLUSIVE = 4  # check: the interval straddles the tolerance after every round the budget allowed
+EXIT_INCONCLUSIVE = 4  # check: the interval straddles the tolerance within the budget, or the baseline is of another CPU
 EXIT_INTERRUPTED = 130
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure, don't guess: tune a PyTorch DataLoader.")
@@ -304,9 +304,9 @@ def check(
     prefetch: Optional[int] = typer.Option(None, help="check this prefetch_factor instead of the baseline's pick"),
     pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="check this pin_memory instead of the baseline's pick"),
     persistent: Optional[bool] = typer.Option(None, "--persistent/--no-persistent", help="check this persistent_workers instead"),
-    rounds: int = typer.Option(3, help="paired rounds of the config and its shaped calibration, at least (>= 2)"),
-    budget: float = typer.Option(DEFAULT_BUDGET_S, help="seconds of rounds, at most: more rounds are measured while the "
-                                 "verdict is inconclusive and another fits"),
+    rounds: int = typer.Option(3, help="paired rounds of the config and its shaped calibration, at least (2 to 60)"),
+    budget: float = typer.Option(DEFAULT_BUDGET_S, help="seconds for the check, at most: more rounds are measured while "
+                                 "the verdict is inconclusive, another fits, and they could still decide it"),
     junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="write a JUnit XML report here"),
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="write a Markdown summary here; appended when it is "
                                                  "$GITHUB_STEP_SUMMARY (GitHub's job summary), else replaced"),

@@ -36,7 +36,7 @@ from loadtune.analysis.environment import environment_changes, spec_identity
 from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step, other_cpu
 
 
-DEFAULT_BUDGET_S = 180.0  # seconds a check may spend on rounds before it settles for "inconclusive"
+DEFAULT_BUDGET_S = 180.0  # seconds a check may take, its setup included, before it settles for "inconclusive"
 MAX_ROUNDS = 60  # a cap beside the budget: rounds take seconds, so the budget (180 s) usually ends it first
 
 
