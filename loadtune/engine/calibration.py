@@ -66,17 +66,19 @@ UNIT_READINGS = 3  # readings of ``unit_seconds``, a beat apart: the fastest cou
 def unit_seconds_isolated(readings: int = UNIT_READINGS) -> float:
     """``unit_seconds`` measured in a fork-server child: running torch ops here would start this
     process's thread pools, and a trial forked from it later could deadlock in them. The fastest of
-    ``readings`` readings 0.2 s apart: one reading in ten met a moment of load on the development
-    machine and read up to 70% slow, and ``check`` compares this figure across sessions."""
+    ``readings`` readings, each in a child of its own: on the development machine one child in 6 to
+    13 ran the unit ~65% slower for its whole life (readings in one child agreed), and ``check``
+    compares this figure across sessions."""
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    with main_module_hidden(), ctx.Pool(1) as pool:
-        got = []
-        for i in range(readings):
-            if i:
-                time.sleep(0.2)
-            got.append(pool.apply(unit_seconds))
-        return min(got)
+    if ctx.get_start_method() == "forkserver":  # torch loaded once in the server, as for trials
+        ctx.set_forkserver_preload(["loadtune.engine.trial.child"])
+    got = []
+    with main_module_hidden():
+        for _ in range(readings):
+            with ctx.Pool(1) as pool:
+                got.append(pool.apply(unit_seconds))
+    return min(got)
 
 
 def unit_seconds(units: int = 2000, repeats: int = 5) -> float:
