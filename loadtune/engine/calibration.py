@@ -7,7 +7,6 @@ in the baseline, rather than samples/s measured on two different machines.
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from torch.utils.data import Dataset
 from loadtune.model.config import TrialConfig
 from loadtune.engine.spec import LoadedSpec, SpecRef, from_objects
 from loadtune.engine.trial.child import main_module_hidden
+from loadtune.engine.trial.harness import fresh_context
 from loadtune.model.paired import CalibrationShape
 from loadtune.model.results import ScanResult
 
@@ -69,10 +69,7 @@ def unit_seconds_isolated(readings: int = UNIT_READINGS) -> float:
     ``readings`` readings, each in a child of its own: on the development machine one child in 6 to
     13 ran the unit ~65% slower for its whole life (readings in one child agreed), and ``check``
     compares this figure across sessions."""
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    if ctx.get_start_method() == "forkserver":  # torch loaded once in the server, as for trials
-        ctx.set_forkserver_preload(["loadtune.engine.trial.child"])
+    ctx = fresh_context()
     got = []
     with main_module_hidden():
         for _ in range(readings):
