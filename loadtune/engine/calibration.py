@@ -7,6 +7,7 @@ in the baseline, rather than samples/s measured on two different machines.
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from pathlib import Path
 
@@ -16,7 +17,6 @@ from torch.utils.data import Dataset
 from loadtune.model.config import TrialConfig
 from loadtune.engine.spec import LoadedSpec, SpecRef, from_objects
 from loadtune.engine.trial.child import main_module_hidden
-from loadtune.engine.trial.harness import fresh_context
 from loadtune.model.paired import CalibrationShape
 from loadtune.model.results import ScanResult
 
@@ -66,10 +66,11 @@ UNIT_READINGS = 3  # readings of ``unit_seconds``, a beat apart: the fastest cou
 def unit_seconds_isolated(readings: int = UNIT_READINGS) -> float:
     """``unit_seconds`` measured in a fork-server child: running torch ops here would start this
     process's thread pools, and a trial forked from it later could deadlock in them. The fastest of
-    ``readings`` readings, each in a child of its own: on the development machine one child in 6 to
-    13 ran the unit ~65% slower for its whole life (readings in one child agreed), and ``check``
-    compares this figure across sessions."""
-    ctx = fresh_context()
+    ``readings`` readings, each in a freshly spawned interpreter: on the development machine one child
+    in 6 to 13 ran the unit ~65% slower for its whole life, and children forked from one server shared
+    that state (three readings of one check read 34% off), while ``check`` compares this figure across
+    sessions. About 1.5 s a reading."""
+    ctx = multiprocessing.get_context("spawn")
     got = []
     with main_module_hidden():
         for _ in range(readings):
