@@ -57,7 +57,6 @@ def test_unchanged_dataset_passes_with_reports(baseline, tmp_path):
     assert "round 1: config" in proc.stdout  # rounds are printed as they come
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["status"] == PASS and len(data["rounds"]) >= 2
-    assert abs(data["cpu_change"]) < 0.10  # the same machine: its CPU runs the unit as fast as at the scan
     assert all(r["config_rate"] and r["calibration_rate"] for r in data["rounds"])
     assert data["change_low"] <= data["change"] <= data["change_high"]
 
@@ -101,10 +100,9 @@ def test_another_process_keeping_a_core_busy_does_not_fail_an_unchanged_dataset(
     assert proc.returncode in (0, 4), proc.stdout + proc.stderr
 
 
-def test_a_baseline_from_another_cpu_gives_no_verdict(baseline, tmp_path):
+def test_a_baseline_from_another_cpu_is_warned_of(baseline, tmp_path):
     """The baseline's CPU ran the calibration's unit of work in 70% of the time it takes here (other
-    hardware): a dataset 100x slower is not called a regression from the ratio, but inconclusive (exit 4)
-    with the reason, and the CPU's change is in the JSON."""
+    hardware): the regression stands, with a warning and the CPU's change in the JSON."""
     data = json.loads(baseline.read_text())
     here = data["reference"]["shape"]["unit_s"]
     data["reference"]["shape"]["unit_s"] = here * 0.7
@@ -112,11 +110,10 @@ def test_a_baseline_from_another_cpu_gives_no_verdict(baseline, tmp_path):
     other.write_text(json.dumps(data))
     proc = run_cli("check", SLOWABLE, "--baseline", other, "--rounds", "2", "--json", tmp_path / "c.json",
                    env={"LOADTUNE_TEST_SLEEP_MS": "2"})
-    assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert "INCONCLUSIVE" in proc.stdout
+    assert proc.returncode == 1, proc.stdout + proc.stderr
     result = json.loads((tmp_path / "c.json").read_text())
-    assert result["cpu_change"] > 0.10 and result["change_high"] < -0.5 and len(result["rounds"]) == 2
-    assert "would read regression" in result["reasons"][0] and "longer on this CPU" in result["reasons"][0]
+    assert result["cpu_change"] > 0.10 and result["change_high"] < -0.5
+    assert any("read with care" in r and "longer on this CPU" in r for r in result["reasons"])
 
 
 def test_min_throughput_floor_fails(baseline):

@@ -258,22 +258,20 @@ def test_nothing_measured_and_the_absolute_floor():
     assert status == REGRESSION and "floor" in reasons[-1]
 
 
-def test_on_another_cpu_neither_verdict_is_read_from_the_ratio():
-    """Beyond 10% of CPU speed against the baseline's, a clear regression and a clear pass both become
-    inconclusive, saying why; within it they stand; the absolute floor is not a ratio and still fails."""
+def test_on_another_cpu_the_verdict_comes_with_a_warning():
+    """Beyond 10% of CPU speed against the baseline's, a verdict carries a warning (the reading strayed
+    20-40% on one VM, so it cannot veto a verdict); within it, none."""
     base = [PairedRound(100.0, 100.0 * (1 + d)) for d in (0.01, -0.01, 0.02, -0.02)]
     slow = [PairedRound(70.0, 100.0 * (1 + d)) for d in (0.01, -0.01, 0.02)]
     same = [PairedRound(100.0, 100.0 * (1 + d)) for d in (0.01, -0.01, 0.02)]
     assert judge(base, slow, TOLERANCE, cpu_change=0.05)[0] == REGRESSION
     assert judge(base, same, TOLERANCE, cpu_change=-0.05)[0] == PASS
-    for rounds in (slow, same):
+    for rounds, verdict in ((slow, REGRESSION), (same, PASS)):
         for cpu in (0.25, -0.25):
             status, reasons, change = judge(base, rounds, TOLERANCE, cpu_change=cpu)
-            assert status == INCONCLUSIVE and change is not None and "25%" in reasons[0] and "this CPU" in reasons[0]
-    assert judge(base, same, TOLERANCE, min_throughput=1e9, cpu_change=0.25)[0] == REGRESSION
+            assert status == verdict and "read with care" in reasons[-1] and "this CPU" in reasons[-1]
     # a baseline of one reading (older files) may have read slow: only a slower CPU here counts against it
-    assert judge(base, slow, TOLERANCE, cpu_change=-0.25, baseline_readings=1)[0] == REGRESSION
-    assert judge(base, slow, TOLERANCE, cpu_change=0.25, baseline_readings=1)[0] == INCONCLUSIVE
+    assert not any("care" in r for r in judge(base, slow, TOLERANCE, cpu_change=-0.25, baseline_readings=1)[1])
     # no round can make up for another CPU: an undecided check stops at its minimum
     undecided = [PairedRound(90.0, 100.0 * (1 + d)) for d in (0.05, -0.05, 0.03)]
     assert next_step(base, undecided, TOLERANCE, 3, 40)[1] is False

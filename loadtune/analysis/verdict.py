@@ -207,11 +207,7 @@ def judge(
     change = paired_change(log_ratios(baseline), log_ratios(rounds))
     status = decide(change, tolerance)
     reasons = []
-    if change is not None and status != INCONCLUSIVE and moved:
-        reasons.append(f"the change {change.value:+.1%} (interval {change.low:+.1%} to {change.high:+.1%}) would read "
-                       f"{status}, but {other_cpu_text(cpu_change)}")
-        status = INCONCLUSIVE
-    elif change is None:
+    if change is None:
         reasons.append("too few paired rounds to estimate the noise")
     elif status == REGRESSION:
         reasons.append(f"throughput fell {-change.value:.1%} against the shaped calibration (interval "
@@ -220,6 +216,8 @@ def judge(
         reasons.append(f"the change {change.value:+.1%} (interval {change.low:+.1%} to {change.high:+.1%}) straddles "
                        f"the {tolerance:.0%} tolerance: "
                        + (other_cpu_text(cpu_change) if moved else "more rounds or a quieter machine would decide it"))
+    if moved and status != INCONCLUSIVE:  # a warning, not a verdict: on one VM the reading itself strayed 20-40%
+        reasons.append(f"read with care: {other_cpu_text(cpu_change)}")
     rate_now = statistics.median(rates)
     if min_throughput is not None and rate_now < min_throughput:
         status = REGRESSION

@@ -33,7 +33,7 @@ from loadtune.model.paired import PairedRound
 from loadtune.model.results import Trial
 from loadtune.engine.reference import paired_round
 from loadtune.analysis.environment import environment_changes, spec_identity
-from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step, other_cpu
+from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step
 
 
 DEFAULT_BUDGET_S = 180.0  # seconds a check may take, its setup included, before it settles for "inconclusive"
@@ -100,7 +100,6 @@ def run_check(
         raise BaselineError(f"--rounds {rounds} is more than the {MAX_ROUNDS} rounds a check measures at most")
     request, device = check_request(baseline, spec)
     cpu = cpu_change(reference.shape.unit_s)
-    other = other_cpu(cpu, reference.shape.unit_readings)
     trials: list[Trial] = []
     default = TrialConfig(config.batch_size, 0, transfer=transfer_for(False, device.startswith("cuda")))
     default_trial = run_trial(spec.ref, replace(request, config=default)) if default != config else None
@@ -115,7 +114,7 @@ def run_check(
         if on_round:
             on_round(len(paired), got)
         _, stop, early = next_step(reference.rounds, paired, tolerance, rounds,
-                                   rounds_at_end(len(paired), first_round, started, budget_s), min_throughput, other)
+                                   rounds_at_end(len(paired), first_round, started, budget_s), min_throughput)
     return outcome(baseline, config, paired, tolerance, min_throughput, default_trial, trials, started, early, cpu)
 
 
