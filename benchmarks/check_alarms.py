@@ -22,7 +22,9 @@ no later than the one that measured them gives exactly the verdicts it would hav
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -82,15 +84,20 @@ def one_check(baseline: Path, out: Path, condition: str, extra_work: float) -> d
             "stderr_tail": proc.stderr[-400:] if proc.returncode not in EXIT_STATUS else None}
 
 
-def replay(run: dict, baseline_rounds: list[dict], tolerance: float = 0.10, budget_s: float = DEFAULT_BUDGET_S) -> dict:
+def replay(run: dict, baseline_rounds: list[dict], tolerance: float = 0.10, budget_s: float = DEFAULT_BUDGET_S,
+           censor: bool = False) -> dict:
     """One saved check scored again round by round with ``next_step``, its rounds taken to have come at
-    the check's average pace (its wall time over its rounds) for the budget's projection."""
+    the check's average pace (its wall time over its rounds) for the budget's projection. ``censor``:
+    a replay that would go on past the rounds measured says "censored" (a baseline other than the
+    check's own may want more rounds than were taken) instead of the verdict at the last one."""
     base = [PairedRound(**r) for r in baseline_rounds]
     rounds = [PairedRound(**r) for r in run["paired_rounds"]]
     per_round = run["wall_s"] / max(1, len(rounds))
     for n in range(1, len(rounds) + 1):
         at_end = min(MAX_ROUNDS, n + int((budget_s - n * per_round) // per_round))
         status, stop, early = next_step(base, rounds[:n], tolerance, DEFAULT_ROUNDS, at_end)
+        if n == len(rounds) and not stop and censor:
+            return {**run, "status": "censored", "rounds": n}
         if stop or n == len(rounds):
             _, _, change = judge(base, rounds[:n], tolerance)
             return {**run, "status": status, "rounds": n, "wall_s": round(n * per_round, 1), "early": early,
@@ -131,10 +138,15 @@ def main() -> None:
     p.add_argument("--show", metavar="JSON", help="print the table of a saved run and exit")
     p.add_argument("--replay", metavar="JSON", help="score a saved run's rounds again with today's rules, print the "
                    "table and exit")
+    p.add_argument("--baseline-rounds", type=int, help="with --replay: score the checks against every subset of this "
+                   "many of the baseline's rounds (what a scan recording fewer reference rounds would give)")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # killed: the background load goes too
     if args.show:
         print_table(summarise(json.loads(Path(args.show).read_text())["runs"]))
+        return
+    if args.replay and args.baseline_rounds:
+        replay_shorter_baselines(json.loads(Path(args.replay).read_text()), args.baseline_rounds)
         return
     if args.replay:
         saved = json.loads(Path(args.replay).read_text())
@@ -179,6 +191,26 @@ def main() -> None:
                        "cells": summarise(runs), "wall_s": round(time.monotonic() - started, 1), "runs": runs}
             Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")  # a cut-off run keeps what it has
     print_table(summarise(runs))
+
+
+def replay_shorter_baselines(saved: dict, k: int) -> None:
+    """Each saved check replayed against every ``k``-round subset of its baseline's rounds: how the
+    verdicts would move had the scan recorded ``k`` reference rounds. Checks that would have wanted
+    more rounds than were measured are counted apart ("censored"), not guessed."""
+    base = saved["baseline_reference"]["rounds"]
+    subsets = list(itertools.combinations(range(len(base)), k))
+    cells: dict[tuple[str, float], collections.Counter] = {}
+    for run in saved["runs"]:
+        counts = cells.setdefault((run["condition"], run["extra_work"]), collections.Counter())
+        for subset in subsets:
+            counts[replay(run, [base[i] for i in subset], censor=True)["status"]] += 1
+    print(f"{len(subsets)} subsets of {k} of the baseline's {len(base)} rounds; verdicts as shares of checks x subsets")
+    print("| condition | work added | checks | pass | regression | inconclusive | censored |")
+    print("|---|---|---|---|---|---|---|")
+    for (condition, extra), counts in sorted(cells.items(), key=lambda c: (list(CONDITIONS).index(c[0][0]), c[0][1])):
+        total = sum(counts.values())
+        shares = " | ".join(f"{counts[s] / total:.1%}" for s in ("pass", "regression", "inconclusive", "censored"))
+        print(f"| {condition} | +{extra:.2%} | {total // len(subsets)} | {shares} |")
 
 
 def print_table(cells: list[dict]) -> None:
