@@ -4,7 +4,8 @@ Both versions scan each archetype with their own copy of it (an option's name ma
 between them), from a clean tree of each (``git archive``), side by side: for every repeat and
 archetype the two scans run back to back in alternating order (before, after; then after, before),
 so drift of the machine hits both alike. Reported per archetype: the median wall time of each and the
-median of the paired ratios after / before; overall, the ratio of the summed medians.
+median of the paired ratios after / before; overall, the ratio of the summed medians. Beside the wall
+time, the time to the answer: until the recommendation is printed.
 
     python benchmarks/scan_time.py --before d57275c --repeats 2 --out benchmarks/scan_time.json
 
@@ -39,17 +40,26 @@ def tree_at(ref: str, into: Path) -> Path:
 
 
 def one_scan(tree: Path, archetype: str, out: Path) -> dict:
-    """One default scan of ``archetype`` by the loadtune in ``tree``, timed from outside."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "160"}
+    """One default ``--quiet`` scan of ``archetype`` by the loadtune in ``tree``, timed from outside:
+    to its exit, and to its first line on stdout (the recommendation: printed at the end by a
+    loadtune that prints it last, before the reference for ``check`` by one that prints it first)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "160", "PYTHONUNBUFFERED": "1"}
     spec = tree / "benchmarks" / "archetypes" / f"{archetype}.py"
-    started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "loadtune", "scan", str(spec), "-q", "--json", str(out)],
-                          capture_output=True, text=True, env=env, cwd=tree)
-    wall = time.monotonic() - started
+    started, answer = time.monotonic(), None
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "loadtune", "scan", str(spec), "-q", "--json", str(out)],
+                                stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=tree)
+        for line in proc.stdout:
+            if answer is None and line.strip():
+                answer = time.monotonic() - started
+        proc.wait()
+        wall = time.monotonic() - started
+        err.seek(0)
+        stderr = err.read()
     data = json.loads(out.read_text()) if out.exists() else {}
     pick = (data.get("recommendation") or {}).get("config")
-    return {"exit": proc.returncode, "wall_s": round(wall, 1), "trials": len(data.get("trials", [])), "pick": pick,
-            "stderr_tail": proc.stderr[-400:] if proc.returncode else None}
+    return {"exit": proc.returncode, "wall_s": round(wall, 1), "answer_s": round(answer or wall, 1),
+            "trials": len(data.get("trials", [])), "pick": pick, "stderr_tail": stderr[-400:] if proc.returncode else None}
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -60,12 +70,18 @@ def summarise(runs: list[dict]) -> dict:
         after = statistics.median(r["after"]["wall_s"] for r in rs)
         cells[archetype] = {"pairs": len(rs), "before_s": before, "after_s": after,
                             "ratio": statistics.median(r["after"]["wall_s"] / r["before"]["wall_s"] for r in rs),
+                            "before_answer_s": statistics.median(r["before"]["answer_s"] for r in rs),
+                            "after_answer_s": statistics.median(r["after"]["answer_s"] for r in rs),
                             "before_trials": [r["before"]["trials"] for r in rs],
                             "after_trials": [r["after"]["trials"] for r in rs]}
         before_total += before
         after_total += after
+    before_answer = sum(c["before_answer_s"] for c in cells.values())
+    after_answer = sum(c["after_answer_s"] for c in cells.values())
     return {"archetypes": cells, "before_total_s": before_total, "after_total_s": after_total,
-            "ratio_total": after_total / before_total if before_total else None}
+            "ratio_total": after_total / before_total if before_total else None,
+            "before_answer_total_s": before_answer, "after_answer_total_s": after_answer,
+            "answer_ratio_total": after_answer / before_answer if before_answer else None}
 
 
 def main() -> None:
@@ -88,16 +104,19 @@ def main() -> None:
             for which in order:
                 run[which] = one_scan(trees[which], archetype, tmp / f"{which}-{archetype}-{i}.json")
             runs.append(run)
-            print(f"{i + 1} {archetype:16s} before {run['before']['wall_s']:6.1f} s ({run['before']['trials']} trials)  "
-                  f"after {run['after']['wall_s']:6.1f} s ({run['after']['trials']} trials)  order {'/'.join(order)}",
-                  flush=True)
+            print(f"{i + 1} {archetype:16s} " + "  ".join(
+                f"{w} {run[w]['wall_s']:6.1f} s (answer {run[w]['answer_s']:6.1f} s, {run[w]['trials']} trials)"
+                for w in ("before", "after")) + f"  order {'/'.join(order)}", flush=True)
             Path(args.out).write_text(json.dumps({"meta": meta, "refs": refs, "summary": summarise(runs), "runs": runs},
                                                  indent=1) + "\n")
     s = summarise(runs)
-    print("| archetype | before s | after s | after / before (median of pairs) |\n|---|---|---|---|")
+    print("| archetype | before s | after s | after / before (median of pairs) | answer: before s | answer: after s |\n"
+          "|---|---|---|---|---|---|")
     for name, c in s["archetypes"].items():
-        print(f"| {name} | {c['before_s']:.0f} | {c['after_s']:.0f} | {c['ratio']:.2f} |")
-    print(f"| all | {s['before_total_s']:.0f} | {s['after_total_s']:.0f} | {s['ratio_total']:.2f} |")
+        print(f"| {name} | {c['before_s']:.0f} | {c['after_s']:.0f} | {c['ratio']:.2f} | {c['before_answer_s']:.0f} | "
+              f"{c['after_answer_s']:.0f} |")
+    print(f"| all | {s['before_total_s']:.0f} | {s['after_total_s']:.0f} | {s['ratio_total']:.2f} | "
+          f"{s['before_answer_total_s']:.0f} | {s['after_answer_total_s']:.0f} ({s['answer_ratio_total']:.2f}) |")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 dataset class defined in ``__main__``)."""
 
 import builtins
+import contextlib
 import io
 import json
 import os
@@ -31,7 +32,7 @@ from loadtune.model.paired import CalibrationShape, PairedRound
 from loadtune.model.results import ResultError, ScanResult, Trial, TrialError
 from loadtune.report import ci, notebook
 from loadtune.report.html import html_report
-from loadtune.report.progress import LineProgress, ProgressDisplay, scan_progress
+from loadtune.report.progress import AnswerOnly, LineProgress, ProgressDisplay, scan_progress
 from loadtune.version import __version__
 
 ROOT = Path(__file__).parent.parent
@@ -188,6 +189,18 @@ def test_progress_is_a_live_bar_on_a_terminal_and_lines_elsewhere(monkeypatch):
     monkeypatch.setenv("FORCE_COLOR", "1")  # set in many CI jobs: must not turn a log into a live bar
     assert isinstance(scan_progress(io.StringIO()), LineProgress)
     assert isinstance(scan_progress(Tty()), ProgressDisplay)
+
+
+def test_either_display_hands_the_answer_over_before_the_reference_is_recorded():
+    result = ScanResult.load(FIXTURES / "tiny_scan.json")
+    seen = []
+    for display in (scan_progress(io.StringIO(), on_answer=seen.append), scan_progress(Tty(), on_answer=seen.append),
+                    AnswerOnly(seen.append)):
+        with contextlib.nullcontext(display) if isinstance(display, AnswerOnly) else display:
+            display.scan_started(result, planned=3, budget=None)
+            display.answer_ready(result)  # the live bar steps aside for the report and comes back
+            display.reference_started(8)
+    assert seen == [result] * 3
 
 
 # --- JUnit and the job summary ------------------------------------------------------------------------
@@ -449,15 +462,16 @@ def test_a_dataset_class_defined_in_main_as_in_a_notebook(tmp_path):
 
 @pytest.fixture(scope="module")
 def ci_baseline(tmp_path_factory):
-    """A scan with stderr going to a file, as in a CI log."""
+    """A scan with stdout and stderr going to one file, as in a CI log (unbuffered: in the order written)."""
     folder = tmp_path_factory.mktemp("ci")
-    path, log = folder / "loadtune.json", folder / "stderr.log"
-    with open(log, "w") as err:
+    path, log = folder / "loadtune.json", folder / "job.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
+    with open(log, "w") as out:
         proc = subprocess.run([sys.executable, "-m", "loadtune", "scan", str(SPECS / "tiny.py"), "--json", str(path), "--grid",
                                "--workers", "0,1", "--prefetch", "2", "--no-persistent", "--confirm", "0", "--reference-rounds", "2",
-                               *QUICK], stdout=subprocess.PIPE, stderr=err, text=True, timeout=300,
-                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    assert proc.returncode == 0, proc.stdout + log.read_text()
+                               *QUICK], stdout=out, stderr=subprocess.STDOUT, text=True, timeout=300,
+                              env={**env, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1", "COLUMNS": "200"})
+    assert proc.returncode == 0, log.read_text()
     return path, log.read_text()
 
 
@@ -467,6 +481,9 @@ def test_a_scan_logs_a_line_per_trial_and_saves_what_the_schema_says(ci_baseline
     assert re.search(r"^loadtune: trial 1/2: w0 bs32: samples/s [\d,.]+ ", log, re.M), log
     assert re.search(r"^loadtune: trial 2/2: w1 pf2 bs32: samples/s .* \(\d+:\d\d elapsed\)$", log, re.M), log
     assert "reference for check: 2 paired rounds" in log and "\x1b[" not in log  # plain text: no colour, no cursor moves
+    # the answer is printed before the reference for check is recorded, and a last line says it was
+    assert log.index("loader = DataLoader(") < log.index("loadtune: reference for check: 2 paired rounds"), log
+    assert "Reference for check: 2 paired rounds of w" in log.split("loadtune: reference for check")[-1], log
     data = json.loads(path.read_text())
     assert data["stages"] and data["reference"]  # every part of a result, for the schema to describe
     assert_valid(data, "scan")

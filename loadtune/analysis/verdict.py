@@ -199,7 +199,7 @@ def judge(
     """The verdict, the reasons for it, and the change it rests on. Under ``min_throughput`` (the
     median samples/s of today's rounds) is a regression whatever the ratio says. ``cpu_change``: how
     much longer one unit of the calibration's work takes on this CPU than it did on the baseline's (of
-    ``baseline_readings``), less one; on another CPU (``other_cpu``) the verdict is inconclusive."""
+    ``baseline_readings``), less one; on another CPU (``other_cpu``) the verdict stands, with a warning."""
     moved = other_cpu(cpu_change, baseline_readings)
     rates = [r.config_rate for r in rounds if r.config_rate]
     if not rates:

@@ -27,11 +27,11 @@ from loadtune.engine.check import DEFAULT_BUDGET_S, BaselineError, explicit_conf
 from loadtune.analysis.compare import compare, select_diffs
 from loadtune.model.config import PlanError, parse_int_list
 from loadtune.cli.project import ProjectError, project_defaults
-from loadtune.report.progress import CheckProgress, scan_progress
+from loadtune.report.progress import AnswerOnly, CheckProgress, scan_progress
 from loadtune.version import __version__
 from loadtune.report.check import print_check
 from loadtune.report.compare import print_comparison
-from loadtune.report.scan import print_nodes, print_recommendation, print_report
+from loadtune.report.scan import print_nodes, print_recommendation, print_report, reference_line
 from loadtune.model.results import ResultError, ScanResult, check_writable, write_atomic
 from loadtune.engine.options import OptionsError
 from loadtune.engine.plan import prepare, resume_from
@@ -243,27 +243,39 @@ def planned_scan(spec: Optional[str], flags: dict, json_path: Optional[Path], re
 
 
 def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool) -> ScanResult:
-    """Measure, with progress unless quiet, and print (or write the JSON); on Ctrl-C print and save
-    what was measured, then exit 130."""
+    """Measure, with progress unless quiet, and print (or write the JSON). The report is printed as
+    soon as the answer is final, while the reference for ``check`` is recorded (a line then says how
+    that went); the JSON holds the reference, so it comes at the end. On Ctrl-C print and save what
+    was measured, then exit 130."""
     result = plan.result
+    printed = False
 
-    def render() -> None:
+    def render(_: ScanResult | None = None) -> None:
+        nonlocal printed
         if as_json:
             write_json(result.to_dict())
         else:
             (print_recommendation if quiet else print_report)(console, result)
+        printed = True
 
+    early = None if as_json else render
     try:
         if quiet:
-            result = execute(plan, json_path)
+            result = execute(plan, json_path, AnswerOnly(early) if early else None)
         else:
-            with scan_progress() as display:  # a live bar in a terminal, a line per trial in a log
+            with scan_progress(on_answer=early) as display:  # a live bar in a terminal, a line per trial in a log
                 result = execute(plan, json_path, display)
     except KeyboardInterrupt:
-        render()
+        if printed:
+            console.print("Interrupted while recording the reference for check; `loadtune scan --resume` records it")
+        else:
+            render()
         console.print(f"Interrupted: {len(result.trials)} finished trials saved to {json_path}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    render()
+    if not printed:
+        render()
+    elif reference_line(result):
+        console.print(reference_line(result), style="dim", highlight=False)
     return result
 
 

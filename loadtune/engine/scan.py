@@ -30,6 +30,7 @@ from loadtune.model.config import Skip, TrialConfig, transfer_for
 from loadtune.model.results import ScanResult, Trial, check_writable
 from loadtune.model.settings import ScanOptions
 
+NO_REFERENCE = "no reference for check"  # how the notes that say why none was recorded begin
 NO_PROFILE_WITH_RANKS = ("no stage profile or bound with several ranks: the profile models one loader, and ranks share "
                          "the node's cores in ways it does not (the table's slowest rank is the figure)")
 
@@ -43,6 +44,7 @@ class ScanObserver(Protocol):
     def trial_event(self, kind: str, payload: Any) -> None: ...
     def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None: ...
     def profile_started(self) -> None: ...
+    def answer_ready(self, result: ScanResult) -> None: ...
     def reference_started(self, rounds: int) -> None: ...
 
 
@@ -82,19 +84,25 @@ class Run:
 
 def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObserver | None = None) -> ScanResult:
     """Run what the strategy proposes, one trial at a time, saving after each, until it proposes
-    nothing or the budget is spent; then profile the stages and record the reference for ``check``.
+    nothing or the budget is spent; then profile the stages. The answer is final then, and the
+    observer hears so (``answer_ready``: a user reads the recommendation while the rest runs); last
+    the reference for ``check`` and the closing yardstick, which change neither pick nor figures.
     On Ctrl-C the partial result is saved (state "interrupted") and KeyboardInterrupt propagates."""
-    result, opts, strategy = plan.result, plan.options, plan.strategy
+    result, opts = plan.result, plan.options
     save = (lambda: result.save(json_path)) if json_path else (lambda: None)
     run = Run(plan, requests_of(plan), save, observer)
     if observer:
-        observer.scan_started(result, strategy.planned, opts.budget)
+        observer.scan_started(result, plan.strategy.planned, opts.budget)
     save()
     try:
         if not result.calibration:
             calibrate(run)  # the machine's speed now, for ``show`` to compare scans across machines
         search(run)
         diagnose(run)
+        conclude(plan)
+        save()
+        if observer:
+            observer.answer_ready(result)
         reference(run)
         calibrate(run)  # again at the end: drift during the scan shows as a difference
     except KeyboardInterrupt:
@@ -102,12 +110,17 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
         result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory, result.settings.current)
         save()
         raise
-    known = {(s.what, s.why) for s in result.skipped}
-    result.skipped += [s for s in strategy.notes(result) if (s.what, s.why) not in known]
-    result.notes += [n for n in strategy.remarks(result) if n not in result.notes]
     result.state = "complete"
     save()
     return result
+
+
+def conclude(plan: Plan) -> None:
+    """The strategy's notes on what it skipped and its remarks, once (a resumed scan has some)."""
+    result, strategy = plan.result, plan.strategy
+    known = {(s.what, s.why) for s in result.skipped}
+    result.skipped += [s for s in strategy.notes(result) if (s.what, s.why) not in known]
+    result.notes += [n for n in strategy.remarks(result) if n not in result.notes]
 
 
 def requests_of(plan: Plan) -> Callable[[TrialConfig], TrialRequest]:
@@ -199,14 +212,14 @@ def reference(run: Run) -> None:
     if not rounds or result.recommendation is None or result.reference is not None:
         return
     if not run.fits(2 * rounds + 1):
-        result.notes.append(f"no reference for check: its {rounds} paired rounds would exceed the {opts.budget:g} s budget")
+        result.notes.append(f"{NO_REFERENCE}: its {rounds} paired rounds would exceed the {opts.budget:g} s budget")
         return
     if run.observer:
         run.observer.reference_started(rounds)
     pick = result.recommendation.config
     got = record_reference(result, run.plan.source, run.request_for(pick), rounds)
     if got is None:
-        result.notes.append("no reference for check: the pick's per-sample costs were not measured (no stage profile "
+        result.notes.append(f"{NO_REFERENCE}: the pick's per-sample costs were not measured (no stage profile "
                             "at its batch size, no CPU reading)")
         return
     result.reference = got

@@ -120,10 +120,12 @@ def write_markdown(path: Path, text: str, environ: Mapping[str, str] | None = No
 
 
 def change_text(result: CheckResult, dash: str) -> str:
+    """The change with its interval, named for what it holds: the noise of the rounds (a shift between
+    the baseline's session and today's, a few percent under other load, is not in it)."""
     if result.change is None:
         return "-"
     high = f"{result.change_high:+.1%}" if result.change_high is not None else "unbounded"
-    return f"{result.change:+.1%} ({result.change_low:+.1%}{dash}{high})"
+    return f"{result.change:+.1%} (95% interval from the rounds' noise: {result.change_low:+.1%}{dash}{high})"
 
 
 def summary_line(result: CheckResult) -> str:

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from loadtune.engine.scan import ScanObserver
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import PairedRound
 from loadtune.model.results import ScanResult, Trial
@@ -26,7 +27,8 @@ from loadtune.report.text import rate, spread_text
 class ProgressDisplay:
     """A ScanObserver that shows trial n of N, elapsed, ETA and the current best."""
 
-    def __init__(self, console: Console):
+    def __init__(self, console: Console, on_answer: Callable[[ScanResult], None] | None = None):
+        self.on_answer = on_answer
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -63,6 +65,13 @@ class ProgressDisplay:
 
     def profile_started(self) -> None:
         self.progress.update(self.task, description="profiling the stages")
+
+    def answer_ready(self, result: ScanResult) -> None:
+        """The bar steps aside while the report is printed, then shows the rest of the scan."""
+        if self.on_answer is not None:
+            self.progress.stop()
+            self.on_answer(result)
+            self.progress.start()
 
     def reference_started(self, rounds: int) -> None:
         self.progress.update(self.task, description=f"reference for check: {rounds} paired rounds")
@@ -103,8 +112,9 @@ class LineProgress:
     why it failed, elapsed), and one as each later phase starts. Written and flushed at once, so a CI
     log shows a scan as it goes; no colour, no cursor movement."""
 
-    def __init__(self, stream: TextIO, now: Callable[[], float] = time.monotonic):
-        self.stream, self.now = stream, now
+    def __init__(self, stream: TextIO, now: Callable[[], float] = time.monotonic,
+                 on_answer: Callable[[ScanResult], None] | None = None):
+        self.stream, self.now, self.on_answer = stream, now, on_answer
         self.started = now()
         self.planned: int | None = None
         self.budget: float | None = None
@@ -145,26 +155,42 @@ class LineProgress:
     def profile_started(self) -> None:
         self.line("profiling the stages: where the time goes")
 
+    def answer_ready(self, result: ScanResult) -> None:
+        if self.on_answer is not None:
+            self.on_answer(result)
+
     def reference_started(self, rounds: int) -> None:
         self.line(f"reference for check: {rounds} paired rounds of the pick and its shaped calibration")
+
+
+class AnswerOnly(ScanObserver):
+    """``--quiet``'s observer: silent while trials run; ``on_answer`` once the answer is final."""
+
+    def __init__(self, on_answer: Callable[[ScanResult], None]):
+        self.on_answer = on_answer
+
+    def answer_ready(self, result: ScanResult) -> None:
+        self.on_answer(result)
 
 
 def in_jupyter() -> bool:
     return Console().is_jupyter
 
 
-def scan_progress(stream: TextIO | None = None) -> ProgressDisplay | LineProgress:
+def scan_progress(stream: TextIO | None = None,
+                  on_answer: Callable[[ScanResult], None] | None = None) -> ProgressDisplay | LineProgress:
     """The live bar where ``stream`` (stderr by default) is a terminal; plain lines elsewhere. The
     stream's own ``isatty`` decides, not rich's guess: FORCE_COLOR, often set in CI, would make rich
-    draw a live bar into a log file."""
+    draw a live bar into a log file. ``on_answer``: called once the recommendation is final, before
+    the reference for ``check`` is recorded (the report, printed while the rest runs)."""
     stream = stream or sys.stderr
     try:
         terminal = stream.isatty()
     except (AttributeError, ValueError):
         terminal = False
     if terminal and not in_jupyter():
-        return ProgressDisplay(Console(file=stream))
-    return LineProgress(stream)
+        return ProgressDisplay(Console(file=stream), on_answer)
+    return LineProgress(stream, on_answer=on_answer)
 
 
 class CheckProgress:

@@ -23,6 +23,7 @@ from loadtune.analysis.view import Row, rows as view_rows
 from loadtune.report.text import (BAR_WIDTH, STATUS_STYLES, bar, gbps, load_sentence, ms, rate, short_bytes, spread_text,
                                   status_cell)
 from loadtune.analysis.bound import scan_bound
+from loadtune.engine.scan import NO_REFERENCE
 
 
 # Columns a narrow terminal can lose, first dropped first; the rank, config, rate and status stay.
@@ -352,6 +353,19 @@ def print_report(console: Console, result: ScanResult, rows: list[Row] | None = 
     if diagnosis is not None:
         console.print(diagnosis)
     print_recommendation(console, result)
+
+
+def reference_line(result: ScanResult) -> str | None:
+    """After a report printed early: whether the reference ``check`` compares with was recorded
+    (None without a recommendation: there was nothing to record it of)."""
+    ref = result.reference
+    if result.recommendation is None:
+        return None
+    if ref is not None:
+        rounds = len([r for r in ref.rounds if r.ratio])
+        return f"Reference for check: {rounds} paired rounds of {ref.config.label()} and its shaped calibration"
+    why = [n for n in result.notes if n.startswith(NO_REFERENCE)]
+    return f"{why[-1][0].upper()}{why[-1][1:]}" if why else f"{NO_REFERENCE[0].upper()}{NO_REFERENCE[1:]} (--reference-rounds 0)"
 
 
 def print_recommendation(console: Console, result: ScanResult) -> None:
