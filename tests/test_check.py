@@ -24,6 +24,8 @@ DIAL = SPECS / "dial.py"
 def scan_baseline(spec, path):
     proc = run_cli("scan", spec, "--json", path, "-q", "--confirm", "0")
     assert proc.returncode == 0, proc.stderr
+    # --quiet prints the recommendation as soon as it is final; the reference's line comes after it
+    assert proc.stdout.index("loader = DataLoader(") < proc.stdout.index("Reference for check: 8 paired rounds"), proc.stdout
     return json.loads(path.read_text())
 
 
@@ -80,7 +82,14 @@ def test_a_20_percent_slower_dataset_fails(dial_baseline):
 
 
 def test_an_unchanged_dataset_passes(dial_baseline):
-    same = run_cli("check", DIAL, "--baseline", dial_baseline, "--budget", "60")
+    """Never a regression; a pass, at the latest on a second check. Exit 4 is the honest answer when
+    the session's shift (a few percent, more on a busy test machine) leaves the interval straddling
+    the tolerance, and what the docs tell a user to do then is to run the check again."""
+    for _ in range(2):
+        same = run_cli("check", DIAL, "--baseline", dial_baseline, "--budget", "60")
+        assert same.returncode in (0, 4), same.stdout + same.stderr
+        if same.returncode == 0:
+            break
     assert same.returncode == 0, same.stdout + same.stderr
 
 
