@@ -120,8 +120,8 @@ def write_markdown(path: Path, text: str, environ: Mapping[str, str] | None = No
 
 
 def change_text(result: CheckResult, dash: str) -> str:
-    """The change with its interval, named for what it holds: the noise of the rounds (a shift between
-    the baseline's session and today's, a few percent under other load, is not in it)."""
+    """The change with its interval, named for what it holds: the noise of the rounds (the drift
+    between the baseline's session and today's, a few percent over hours on one machine, is not in it)."""
     if result.change is None:
         return "-"
     high = f"{result.change_high:+.1%}" if result.change_high is not None else "unbounded"
