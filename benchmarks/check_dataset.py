@@ -3,8 +3,7 @@ sample costs 1/0.9 of the work, so a CPU-bound loader delivers about 10% fewer s
 counted in operations, not seconds: under contention it slows down as a real dataset does. The dial is
 not rounded to whole iterations: a fixed share of the samples (spread evenly over the indices) runs one
 iteration more, so that 5%, 10% and 15% are three different steps, not 16 x 1.10 and 16 x 1.15 both
-rounded to 18. The subject of
-``benchmarks/check_alarms.py``; its mix of small matmuls and Python arithmetic is deliberately unlike
+rounded to 18. The subject of ``benchmarks/check_alarms.py``; its mix of small matmuls and Python arithmetic is deliberately unlike
 the calibration workload's operations."""
 
 import os

@@ -191,7 +191,7 @@ def test_progress_is_a_live_bar_on_a_terminal_and_lines_elsewhere(monkeypatch):
     assert isinstance(scan_progress(Tty()), ProgressDisplay)
 
 
-def test_either_display_hands_the_answer_over_before_the_reference_is_recorded():
+def test_every_display_hands_the_answer_over_before_the_reference_is_recorded():
     result = ScanResult.load(FIXTURES / "tiny_scan.json")
     seen = []
     for display in (scan_progress(io.StringIO(), on_answer=seen.append), scan_progress(Tty(), on_answer=seen.append),
