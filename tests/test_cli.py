@@ -176,6 +176,30 @@ def test_ctrl_c_prints_and_saves_the_finished_trials(tmp_path):
     assert all(t["status"] == "ok" for t in data["trials"])  # the trial cut short is not saved as a result
 
 
+@pytest.mark.slow
+def test_ctrl_c_while_the_reference_is_recorded_keeps_the_answer_and_resume_records_it(tmp_path):
+    out = tmp_path / "scan.json"
+    args = ["scan", str(SPECS / "tiny.py"), "--workers", "0,1", "--prefetch", "2", "--no-persistent", "--confirm", "0",
+            "--json", str(out), "-q", *QUICK]
+    printed = tmp_path / "cli.out"  # interrupt_when's file for stdout, unbuffered: the answer is printed
+    answered = lambda: printed.exists() and "loader = DataLoader(" in printed.read_text()
+    code, stdout, stderr = interrupt_when([sys.executable, "-m", "loadtune", *args], answered, tmp_path,
+                                          env={**os.environ, "COLUMNS": "100", "PYTHONUNBUFFERED": "1"})
+    assert code == 130, stderr
+    assert "loader = DataLoader(" in stdout and "Interrupted while recording the reference for check" in stdout
+    data = json.loads(out.read_text())
+    assert data["state"] == "complete" and data["recommendation"] and data["reference"] is None
+    assert any(n.startswith("no reference for check: the scan was interrupted") for n in data["notes"])
+    trials = len(data["trials"])
+
+    resumed = run_cli(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Reference for check: 8 paired rounds" in resumed.stdout
+    data = json.loads(out.read_text())
+    assert len(data["reference"]["rounds"]) == 8 and len(data["trials"]) == trials  # nothing measured twice
+    assert not any(n.startswith("no reference for check") for n in data["notes"])
+
+
 def show(*args):
     """``loadtune show`` in this process (it measures nothing, so no isolation is needed)."""
     from typer.testing import CliRunner

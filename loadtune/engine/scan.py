@@ -87,7 +87,7 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     nothing or the budget is spent; then profile the stages. The answer is final then, and the
     observer hears so (``answer_ready``: a user reads the recommendation while the rest runs); last
     the reference for ``check`` and the closing yardstick, which change neither pick nor figures.
-    On Ctrl-C the partial result is saved (state "interrupted") and KeyboardInterrupt propagates."""
+    On Ctrl-C the result is saved (``interrupted``) and KeyboardInterrupt propagates."""
     result, opts = plan.result, plan.options
     save = (lambda: result.save(json_path)) if json_path else (lambda: None)
     run = Run(plan, requests_of(plan), save, observer)
@@ -100,19 +100,30 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
         search(run)
         diagnose(run)
         conclude(plan)
+        result.state = "complete"  # the search is: what follows adds to the result and changes none of it
         save()
         if observer:
             observer.answer_ready(result)
         reference(run)
         calibrate(run)  # again at the end: drift during the scan shows as a difference
     except KeyboardInterrupt:
-        result.state = "interrupted"
-        result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory, result.settings.current)
+        interrupted(plan)
         save()
         raise
-    result.state = "complete"
     save()
     return result
+
+
+def interrupted(plan: Plan) -> None:
+    """Ctrl-C: a search cut short is a partial scan, recommended from what it measured; one cut while
+    the reference for ``check`` was recorded stays complete, with a note."""
+    result, opts = plan.result, plan.options
+    if result.state == "complete":
+        if result.reference is None and opts.reference_rounds:
+            result.notes.append(f"{NO_REFERENCE}: the scan was interrupted while recording it (--resume records it)")
+        return
+    result.state = "interrupted"
+    result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory, result.settings.current)
 
 
 def conclude(plan: Plan) -> None:
@@ -223,6 +234,7 @@ def reference(run: Run) -> None:
                             "at its batch size, no CPU reading)")
         return
     result.reference = got
+    result.notes = [n for n in result.notes if not n.startswith(NO_REFERENCE)]  # a resumed scan's "interrupted"
     run.save()
 
 
