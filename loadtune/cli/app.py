@@ -43,7 +43,7 @@ from loadtune.analysis.view import ViewError, filters_from, select
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
 EXIT_NOTHING_MEASURED = 3
-EXIT_INCONCLUSIVE = 4  # check: the interval straddles the tolerance within the budget, or the baseline is of another CPU
+EXIT_INCONCLUSIVE = 4  # check: the interval straddles the tolerance, and the budget's rounds would not decide it
 EXIT_INTERRUPTED = 130
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure, don't guess: tune a PyTorch DataLoader.")
@@ -272,10 +272,11 @@ def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool
             render()
         console.print(f"Interrupted: {len(result.trials)} finished trials saved to {json_path}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    line = reference_line(result) if printed else None
     if not printed:
         render()
-    elif reference_line(result):
-        console.print(reference_line(result), style="dim", highlight=False)
+    elif line:
+        console.print(line, style="dim", highlight=False)
     return result
 
 

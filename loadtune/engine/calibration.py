@@ -64,8 +64,8 @@ UNIT_READINGS = 3  # readings of ``unit_seconds``, a beat apart: the fastest cou
 
 
 def unit_seconds_isolated(readings: int = UNIT_READINGS) -> float:
-    """``unit_seconds`` measured in a fork-server child: running torch ops here would start this
-    process's thread pools, and a trial forked from it later could deadlock in them. The fastest of
+    """``unit_seconds`` measured in child processes: running torch ops here would start this process's
+    thread pools, and a trial forked from it later could deadlock in them. The fastest of
     ``readings`` readings, each in a freshly spawned interpreter: on the development machine one child
     in 6 to 13 ran the unit ~65% slower for its whole life, and children forked from one server shared
     that state (three readings of one check read 34% off), while ``check`` compares this figure across

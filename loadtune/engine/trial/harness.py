@@ -50,17 +50,11 @@ def context_for(source: SpecRef | LoadedSpec, device: str = "cpu"):
     methods = multiprocessing.get_all_start_methods()
     if isinstance(source, LoadedSpec) and not source.picklable and "fork" in methods and not device.startswith("cuda"):
         return multiprocessing.get_context("fork")
-    return fresh_context()
-
-
-def fresh_context():
-    """A fork server with torch preloaded (a child starts in milliseconds, with no thread pools of this
-    process), else spawn where there is no fork server."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["loadtune.engine.trial.child"])
-    return ctx
+    if "forkserver" in methods:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["loadtune.engine.trial.child"])
+        return ctx
+    return multiprocessing.get_context("spawn")
 
 
 @contextlib.contextmanager
