@@ -121,11 +121,12 @@ def write_markdown(path: Path, text: str, environ: Mapping[str, str] | None = No
 
 def change_text(result: CheckResult, dash: str) -> str:
     """The change with its interval, named for what it holds: the noise of the rounds (the drift
-    between the baseline's session and today's, a few percent over hours on one machine, is not in it)."""
+    between the baseline's session and today's, a few percent over hours on one machine, is not in it,
+    so it is not called 95%: it held an unchanged dataset's change in 30 of 77 checks)."""
     if result.change is None:
         return "-"
     high = f"{result.change_high:+.1%}" if result.change_high is not None else "unbounded"
-    return f"{result.change:+.1%} (95% interval from the rounds' noise: {result.change_low:+.1%}{dash}{high})"
+    return f"{result.change:+.1%} (interval from the rounds' noise alone: {result.change_low:+.1%}{dash}{high})"
 
 
 def summary_line(result: CheckResult) -> str:
