@@ -1,5 +1,6 @@
-"""``loadtune check``: a paired experiment against the baseline's reference. A 100x slower dataset fails with
-its figures in JUnit; bad baselines and round counts too small to decide are refused. The statistical
+"""``loadtune check``: a paired experiment against the baseline's reference, recorded by ``check --record`` (or
+by a scan asked to). A 100x slower dataset fails with its figures in JUnit; bad baselines and round counts
+too small to decide are refused. The statistical
 promises end to end, on a dataset whose work per sample is a dial: unchanged it passes, also with another
 process keeping a core busy (never a regression there); 20% slower it fails. Their error rates over many
 checks are measured in benchmarks/check_alarms.py (benchmarks/RESULTS.md)."""
@@ -14,6 +15,7 @@ import pytest
 from conftest import SPECS, run_cli
 
 from loadtune.model.check import PASS
+from loadtune.model.results import ScanResult
 
 pytestmark = pytest.mark.slow
 
@@ -21,31 +23,65 @@ SLOWABLE = SPECS / "slowable.py"
 DIAL = SPECS / "dial.py"
 
 
-def scan_baseline(spec, path):
-    proc = run_cli("scan", spec, "--json", path, "-q", "--confirm", "0")
+def scan_baseline(spec, path, *extra):
+    proc = run_cli("scan", spec, "--json", path, "-q", "--confirm", "0", *extra)
     assert proc.returncode == 0, proc.stderr
-    # --quiet prints the recommendation as soon as it is final; the reference's line comes after it
-    assert proc.stdout.index("loader = DataLoader(") < proc.stdout.index("Reference for check: 8 paired rounds"), proc.stdout
-    return json.loads(path.read_text())
+    return proc, json.loads(path.read_text())
+
+
+def assert_reference(data, rounds=8):
+    reference = data["reference"]
+    assert reference["config"] == data["recommendation"]["config"] and len(reference["rounds"]) == rounds
+    assert [r["config_first"] for r in reference["rounds"]] == [True, False] * (rounds // 2)
+    assert all(r["config_rate"] and r["calibration_rate"] for r in reference["rounds"])
+    assert reference["recorded_at"] and reference["machine"]["usable_cores"] >= 1
 
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory):
+    """A scan (no reference unless asked), then ``check --record`` on it: the path CI takes."""
     path = tmp_path_factory.mktemp("baseline") / "loadtune.json"
-    data = scan_baseline(SLOWABLE, path)
-    assert [t["status"] for t in data["calibration"]] == ["ok", "ok"]  # measured at the start and the end
-    reference = data["reference"]
-    assert reference["config"] == data["recommendation"]["config"] and len(reference["rounds"]) == 8
-    assert [r["config_first"] for r in reference["rounds"]] == [True, False] * 4
-    assert all(r["config_rate"] and r["calibration_rate"] for r in reference["rounds"])
+    proc, scanned = scan_baseline(SLOWABLE, path)
+    assert scanned["reference"] is None and "Reference for check" not in proc.stdout
+    assert [t["status"] for t in scanned["calibration"]] == ["ok", "ok"]  # measured at the start and the end
+    recorded = run_cli("check", SLOWABLE, "--baseline", path, "--record")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    lines = recorded.stdout.splitlines()
+    assert lines[0].startswith("recording the reference for check of ") and len([x for x in lines if "  round " in x]) == 8
+    assert f"Reference for check: 8 paired rounds of {ScanResult.load(path).reference.config.label()}" in lines[-1]
+    data = json.loads(path.read_text())
+    assert_reference(data)
+    assert {k: v for k, v in data.items() if k != "reference"} == {k: v for k, v in scanned.items() if k != "reference"}
     return path
 
 
 @pytest.fixture(scope="module")
 def dial_baseline(tmp_path_factory):
+    """A scan that records the reference itself (``--reference-rounds``), after printing its answer."""
     path = tmp_path_factory.mktemp("dial") / "loadtune.json"
-    scan_baseline(DIAL, path)
+    proc, data = scan_baseline(DIAL, path, "--reference-rounds", "8")
+    # --quiet prints the recommendation as soon as it is final; the reference's line comes after it
+    assert proc.stdout.index("loader = DataLoader(") < proc.stdout.index("Reference for check: 8 paired rounds"), proc.stdout
+    assert_reference(data)
     return path
+
+
+def test_recording_again_replaces_the_reference_and_says_so(baseline, tmp_path):
+    copy = tmp_path / "copy.json"
+    copy.write_text(baseline.read_text())
+    before = json.loads(copy.read_text())["reference"]["recorded_at"]
+    proc = run_cli("check", SLOWABLE, "--baseline", copy, "--record", "--rounds", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"it replaces the one recorded {before}" in proc.stdout
+    assert_reference(json.loads(copy.read_text()), rounds=2)
+
+
+def test_what_record_cannot_do_is_refused_before_any_work(baseline, tmp_path):
+    cases = [(["--rounds", "1"], "cannot make a reference"), (["--junit-xml", tmp_path / "j.xml"], "no verdict"),
+             (["--format", "json"], "no verdict")]
+    for extra, needle in cases:
+        proc = run_cli("check", SLOWABLE, "--baseline", baseline, "--record", *extra)
+        assert proc.returncode == 2 and needle in proc.stderr and "round 1" not in proc.stdout, (extra, proc.stderr)
 
 
 def test_unchanged_dataset_passes_with_reports(baseline, tmp_path):
@@ -156,7 +192,8 @@ def test_baseline_errors_exit_2(baseline, tmp_path):
         (not_json, SLOWABLE, [], "not valid JSON"),
         (foreign, SLOWABLE, [], "not a loadtune scan result"),
         (other_version, SLOWABLE, [], "schema version"),
-        (no_reference, SLOWABLE, [], "no paired reference"),
+        (no_reference, SLOWABLE, [], "no paired reference for check (a scan records none unless asked to): record one "
+         "with this command and --record"),
         (baseline, SPECS / "tiny.py", [], "another dataset"),
         (baseline, SLOWABLE, ["--rounds", "1"], "cannot decide"),
         (baseline, SLOWABLE, ["--rounds", "61"], "at most"),

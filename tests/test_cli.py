@@ -180,7 +180,7 @@ def test_ctrl_c_prints_and_saves_the_finished_trials(tmp_path):
 def test_ctrl_c_while_the_reference_is_recorded_keeps_the_answer_and_resume_records_it(tmp_path):
     out = tmp_path / "scan.json"
     args = ["scan", str(SPECS / "tiny.py"), "--workers", "0,1", "--prefetch", "2", "--no-persistent", "--confirm", "0",
-            "--json", str(out), "-q", *QUICK]
+            "--reference-rounds", "8", "--json", str(out), "-q", *QUICK]
     printed = tmp_path / "cli.out"  # interrupt_when's file for stdout, unbuffered: the answer is printed
     answered = lambda: printed.exists() and "loader = DataLoader(" in printed.read_text()
     code, stdout, stderr = interrupt_when([sys.executable, "-m", "loadtune", *args], answered, tmp_path,

@@ -23,7 +23,16 @@ from loadtune.model.check import INCONCLUSIVE, NOTHING, REGRESSION
 from loadtune.report import ci
 from loadtune.engine.distributed import layout as distributed
 from loadtune.report import plot as plot_mod
-from loadtune.engine.check import DEFAULT_BUDGET_S, BaselineError, explicit_config, parse_tolerance, run_check
+from loadtune.engine.check import (
+    DEFAULT_BUDGET_S,
+    REFERENCE_ROUNDS,
+    BaselineError,
+    explicit_config,
+    parse_tolerance,
+    record,
+    run_check,
+)
+from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS
 from loadtune.analysis.compare import compare, select_diffs
 from loadtune.model.config import PlanError, parse_int_list
 from loadtune.cli.project import ProjectError, project_defaults
@@ -156,8 +165,9 @@ def scan(
     diagnose: Optional[bool] = typer.Option(None, "--diagnose/--no-diagnose", help="profile the stages once: where the time goes and the bound "
                                                                                    "(default: on)"),
     reference_rounds: Optional[int] = typer.Option(None, "--reference-rounds",
-                                                   help="paired rounds of the pick and its shaped calibration: the reference "
-                                                   "`loadtune check` compares with; 0: none (default: 8)"),
+                                                   help="also record the reference `loadtune check` compares with: N paired "
+                                                   "rounds of the pick and its shaped calibration, after the answer (default: 0, "
+                                                   "none; `loadtune check --record` records it where the checks run)"),
     current: Optional[str] = typer.Option(None, "--current", help="your own settings, e.g. \"num_workers=8,pin_memory=True,batch_size=256\": "
                                                                   "always measured, marked in the table; the gain is stated over them, "
                                                                   "and keeping them is a possible verdict"),
@@ -266,9 +276,9 @@ def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool
             with scan_progress(on_answer=early) as display:  # a live bar in a terminal, a line per trial in a log
                 result = execute(plan, json_path, display)
     except KeyboardInterrupt:
-        if printed:
+        if printed and result.reference is None and plan.options.reference_rounds:
             console.print("Interrupted while recording the reference for check; `loadtune scan --resume` records it")
-        else:
+        elif not printed:
             render()
         console.print(f"Interrupted: {len(result.trials)} finished trials saved to {json_path}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -317,7 +327,10 @@ def check(
     prefetch: Optional[int] = typer.Option(None, help="check this prefetch_factor instead of the baseline's pick"),
     pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="check this pin_memory instead of the baseline's pick"),
     persistent: Optional[bool] = typer.Option(None, "--persistent/--no-persistent", help="check this persistent_workers instead"),
-    rounds: int = typer.Option(3, help="paired rounds of the config and its shaped calibration, at least (2 to 60)"),
+    rounds: Optional[int] = typer.Option(None, help="paired rounds of the config and its shaped calibration, at least (2 to 60; "
+                                         "default 3); with --record, the reference's rounds (default 8)"),
+    record_: bool = typer.Option(False, "--record", help="record the reference later checks compare with, on this machine, into "
+                                 "the baseline file: run it from the code they compare against (no verdict)"),
     budget: float = typer.Option(DEFAULT_BUDGET_S, help="seconds for the check, at most: more rounds are measured while "
                                  "the verdict is inconclusive, another fits, and they could still decide it"),
     junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="write a JUnit XML report here"),
@@ -341,6 +354,11 @@ def check(
                 check_writable(path)
         saved = ScanResult.load(baseline_path)
         config = explicit_config(saved, workers=workers, batch_size=batch_size, prefetch=prefetch, pin=pin, persistent=persistent)
+        if record_:
+            refuse_reports_when_recording(as_json, junit_xml, markdown_path, json_path)
+            run_record(console, progress, spec, saved, baseline_path, config, rounds or REFERENCE_ROUNDS)
+            return
+        rounds = rounds or 3
         if budget <= 0:
             raise OptionsError(f"--budget must be a positive number of seconds, got {budget:g}")
         if saved.reference is not None:
@@ -353,6 +371,30 @@ def check(
     print_check(console, outcome, rounds=False)
     write_check_reports(outcome, as_json, junit_xml, markdown_path, json_path)
     raise typer.Exit(CHECK_EXIT_CODES.get(outcome.status, 0))
+
+
+def refuse_reports_when_recording(as_json: bool, *paths: Optional[Path]) -> None:
+    """``--record`` reaches no verdict: the reports that would carry one are refused, not left unwritten."""
+    if as_json or any(paths):
+        raise OptionsError("--record measures the reference and reaches no verdict: drop --format json, --junit-xml, "
+                           "--markdown and --json (run loadtune check after it for those)")
+
+
+def run_record(console: Console, progress: CheckProgress, spec: str, saved: ScanResult, path: Path,
+               config, rounds: int) -> None:
+    """``check --record``: the reference measured round by round, saved in the baseline once it holds
+    enough rounds (a baseline is never left with a reference that cannot decide)."""
+    before = saved.reference
+    progress.recording(config or (saved.recommendation.config if saved.recommendation else None), rounds)
+    reference = record(spec, saved, config, rounds, on_round=progress.round_finished)
+    measured = len([r for r in reference.rounds if r.ratio])
+    if measured < MIN_BASELINE_ROUNDS:
+        raise fail(f"only {measured} of {rounds} paired rounds were measured (see the rounds above): {path} is left as it was",
+                   EXIT_NOTHING_MEASURED)
+    saved.reference = reference
+    saved.save(path)
+    replaced = f"; it replaces the one recorded {before.recorded_at or 'by the scan'}" if before else ""
+    console.print(f"{reference_line(saved)}, saved in {path}{replaced}", highlight=False, soft_wrap=True)
 
 
 CHECK_EXIT_CODES = {NOTHING: EXIT_NOTHING_MEASURED, REGRESSION: EXIT_REGRESSION, INCONCLUSIVE: EXIT_INCONCLUSIVE}

@@ -1,7 +1,8 @@
 """``loadtune check``: a CI gate that fails when loading got slower, and not when the machine did.
 
-The baseline scan recorded its pick in paired rounds beside a calibration workload shaped like the
-dataset (``engine.reference``). A check measures the same rounds today, with the same loader settings,
+``check --record`` measures the baseline scan's pick in paired rounds beside a calibration workload
+shaped like the dataset (``engine.reference``), on the machine that runs the checks, from the code
+they compare against, and saves the rounds in the baseline. A check measures the same rounds today, with the same loader settings,
 so another process's load or a slower machine moves both loaders of a round alike; the verdict compares
 the ratio of the two with the baseline's (``analysis.verdict``), and measures more rounds while the
 interval is too wide to decide, up to a time budget (docs/ci.md).
@@ -29,9 +30,9 @@ from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
 from loadtune.engine.trial.workload import StepWorkload, calibrate
 from loadtune.model.check import INCONCLUSIVE, CheckResult
-from loadtune.model.paired import PairedRound
+from loadtune.model.paired import PairedReference, PairedRound
 from loadtune.model.results import Trial
-from loadtune.engine.reference import paired_round
+from loadtune.engine.reference import paired_round, record_reference
 from loadtune.analysis.environment import environment_changes, spec_identity
 from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step
 
@@ -44,17 +45,28 @@ class BaselineError(ValueError):
     """The baseline cannot be compared with (exit 2): wrong dataset, no recommendation, no calibration."""
 
 
+REFERENCE_ROUNDS = 8  # rounds ``check --record`` measures: the baseline's noise enters every check (docs/ci.md)
+RECORD_HINT = ("record one with this command and --record, on the machine that runs the checks, from the code they compare "
+               "against (docs/ci.md)")
+
+
 def check_baseline(baseline: ScanResult, spec: LoadedSpec) -> None:
+    """The baseline is a scan of this dataset with a pick, and holds a reference to compare with."""
+    check_scan(baseline, spec)
+    reference = baseline.reference
+    if reference is None or len([r for r in reference.rounds if r.ratio]) < MIN_BASELINE_ROUNDS:
+        raise BaselineError(f"the baseline has no paired reference for check (a scan records none unless asked to): "
+                            f"{RECORD_HINT}")
+
+
+def check_scan(baseline: ScanResult, spec: LoadedSpec) -> None:
+    """The baseline is a scan of this dataset, with a pick."""
     now = spec_identity(spec.ref.path if spec.ref else None, spec.ref.factory if spec.ref else None, type(spec.dataset).__qualname__)
     then = spec_identity(baseline.spec.path, baseline.spec.factory, baseline.spec.dataset_type)
     if now != then:
         raise BaselineError(f"the baseline is of another dataset ({then[0]}:{then[1]}, {then[2]}), not {now[0]}:{now[1]} ({now[2]})")
     if baseline.recommendation is None:
         raise BaselineError("the baseline holds no recommendation (its scan measured nothing); run loadtune scan again")
-    reference = baseline.reference
-    if reference is None or len([r for r in reference.rounds if r.ratio]) < MIN_BASELINE_ROUNDS:
-        raise BaselineError("the baseline has no paired reference for check (a scan by an older loadtune, an interrupted "
-                            "one, or one with --reference-rounds 0 or without a stage profile): run loadtune scan again")
 
 
 def baseline_step(step: dict | None, device: str, source: SpecRef | None = None) -> StepWorkload | None:
@@ -98,7 +110,7 @@ def run_check(
         raise BaselineError(f"--rounds {rounds} cannot decide: at least {MIN_ROUNDS} paired rounds show the noise")
     if rounds > MAX_ROUNDS:
         raise BaselineError(f"--rounds {rounds} is more than the {MAX_ROUNDS} rounds a check measures at most")
-    request, device = check_request(baseline, spec)
+    request, device = check_request(baseline, spec, config)
     cpu = cpu_change(reference.shape.unit_s)
     trials: list[Trial] = []
     default = TrialConfig(config.batch_size, 0, transfer=transfer_for(False, device.startswith("cuda")))
@@ -108,7 +120,7 @@ def run_check(
     first_round = time.monotonic()
     stop, early = False, None
     while not stop:
-        got, round_trials = paired_round(spec.ref, reference.shape, spec.length, replace(request, config=config), len(paired))
+        got, round_trials = paired_round(spec.ref, reference.shape, spec.length, request, len(paired))
         paired.append(got)
         trials += round_trials
         if on_round:
@@ -133,9 +145,27 @@ def rounds_at_end(done: int, first_round: float, started: float, budget_s: float
     return min(MAX_ROUNDS, done + max(0, more))
 
 
-def check_request(baseline: ScanResult, spec: LoadedSpec) -> tuple[TrialRequest, str]:
-    """The request every trial of the check uses: the baseline's timing, loader options, step, device
-    (the CPU when this machine has no accelerator) and ranks."""
+def record(spec_target: Any, baseline: ScanResult, config: TrialConfig | None = None, rounds: int = REFERENCE_ROUNDS,
+           on_round: Callable[[int, PairedRound], None] | None = None) -> PairedReference:
+    """The reference later checks compare with, measured here and now: the baseline's pick (or
+    ``config``) in ``rounds`` paired rounds beside its shaped calibration, with the settings a check
+    uses. Returned, not saved: the caller puts it in the baseline once it holds enough rounds."""
+    spec = load_spec(spec_target)
+    check_scan(baseline, spec)
+    config = config or baseline.recommendation.config
+    if rounds < MIN_BASELINE_ROUNDS:
+        raise BaselineError(f"--rounds {rounds} cannot make a reference: at least {MIN_BASELINE_ROUNDS} paired rounds show the noise")
+    request, _ = check_request(baseline, spec, config)
+    reference = record_reference(baseline, spec.ref, request, rounds, collect(), on_round=on_round)
+    if reference is None:
+        raise BaselineError(f"the baseline has no per-sample costs of {config.label()} to shape the calibration with (no stage "
+                            "profile at its batch size, no CPU reading of its trials): scan with the stage profile on")
+    return reference
+
+
+def check_request(baseline: ScanResult, spec: LoadedSpec, config: TrialConfig) -> tuple[TrialRequest, str]:
+    """The request every trial of a check (or of its reference) uses for ``config``: the baseline's
+    timing, loader options, step, device (the CPU when this machine has no accelerator) and ranks."""
     opts = baseline.settings.options
     machine = collect()
     device = baseline.settings.device if machine.has_accelerator or baseline.settings.device == "cpu" else "cpu"
@@ -147,7 +177,7 @@ def check_request(baseline: ScanResult, spec: LoadedSpec) -> tuple[TrialRequest,
         raise BaselineError(f"the baseline's layout cannot run here: {exc}") from None
     ranks = setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, device, opts.blocks * opts.block_time)
     loader = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
-    request = TrialRequest(baseline.reference.config, device, scan_timing(opts), loader, opts.timeout,
+    request = TrialRequest(config, device, scan_timing(opts), loader, opts.timeout,
                            machine.start_method, workload=work)
     return with_ranks(request, ranks), device
 
@@ -174,7 +204,8 @@ def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound]
         change_high=change.high if change else None,
         machine_change=moved.value if moved else None, machine_low=moved.low if moved else None,
         machine_high=moved.high if moved else None,
-        cpu_change=cpu, environment=environment_changes(baseline.machine, collect()), wall_s=time.monotonic() - started,
+        cpu_change=cpu, environment=environment_changes(reference.machine or baseline.machine, collect()),
+        wall_s=time.monotonic() - started,
         trials=trials,
     )
 

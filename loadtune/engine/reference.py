@@ -1,6 +1,6 @@
-"""Paired rounds: a config and its shaped calibration measured together. A scan records such rounds of
-its pick as the reference ``check`` later compares with; ``check`` measures the same rounds today
-(docs/ci.md).
+"""Paired rounds: a config and its shaped calibration measured together. ``check --record`` (or a scan
+asked to) records such rounds of the pick as the reference later checks compare with; ``check`` measures
+the same rounds today (docs/ci.md).
 
 A round is one trial process holding both loaders, with the same loader settings, device and consumer,
 timed block by block in turn (``engine.trial.paired``): another process's load, a slower machine or a
@@ -15,12 +15,14 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 
 from loadtune.engine.calibration import shape_for, shaped_spec, unit_seconds_isolated
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.paired import measure_alternating
 from loadtune.engine.trial.protocol import TrialRequest, TrialRun
+from loadtune.model.machine import MachineInfo
 from loadtune.model.paired import CalibrationShape, PairedReference, PairedRound
 from loadtune.model.results import ScanResult, Trial
 
@@ -85,17 +87,21 @@ def calibration_for(shape: CalibrationShape, length: int | None) -> LoadedSpec:
 
 
 def record_reference(result: ScanResult, source: SpecRef | LoadedSpec, request: TrialRequest, rounds: int,
-                     keep_going: Callable[[], bool] = lambda: True) -> PairedReference | None:
-    """The scan's pick in ``rounds`` paired rounds with its shaped calibration, for ``check``; None when
-    the pick's per-sample costs were not measured (no stage profile at its batch size, no CPU reading).
-    ``keep_going`` is asked before each round (the scan's budget)."""
+                     machine: MachineInfo, keep_going: Callable[[], bool] = lambda: True,
+                     on_round: Callable[[int, PairedRound], None] | None = None) -> PairedReference | None:
+    """``result``'s pick (``request.config``) in ``rounds`` paired rounds with its shaped calibration, on
+    ``machine``, for ``check``; None when the pick's per-sample costs were not measured (no stage profile
+    at its batch size, no CPU reading). ``keep_going`` is asked before each round (a scan's budget)."""
     shape = shape_for(result, request.config, unit_seconds_isolated())
     if shape is None:
         return None
-    reference = PairedReference(request.config, shape)
+    reference = PairedReference(request.config, shape, recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                machine=machine)
     for i in range(rounds):
         if not keep_going():
             break
         paired, _ = paired_round(source, shape, result.spec.length, request, i)
         reference.rounds.append(paired)
+        if on_round:
+            on_round(i + 1, paired)
     return reference

@@ -228,7 +228,7 @@ def reference(run: Run) -> None:
     if run.observer:
         run.observer.reference_started(rounds)
     pick = result.recommendation.config
-    got = record_reference(result, run.plan.source, run.request_for(pick), rounds)
+    got = record_reference(result, run.plan.source, run.request_for(pick), rounds, result.machine)
     if got is None:
         result.notes.append(f"{NO_REFERENCE}: the pick's per-sample costs were not measured (no stage profile "
                             "at its batch size, no CPU reading)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from loadtune.model.config import TrialConfig
+from loadtune.model.machine import MachineInfo
 
 
 @dataclass(frozen=True)
@@ -56,18 +57,25 @@ class PairedRound:
 
 @dataclass
 class PairedReference:
-    """What a scan records for ``check``: its pick measured in paired rounds with its shaped calibration."""
+    """What ``check`` compares with: a pick measured in paired rounds with its shaped calibration, by
+    ``check --record`` on the machine that runs the checks (or by a scan asked to). ``machine`` and
+    ``recorded_at`` say where and when: the machine may not be the scan's, and drift grows with age."""
 
     config: TrialConfig
     shape: CalibrationShape
     rounds: list[PairedRound] = field(default_factory=list)
+    recorded_at: str | None = None  # ISO 8601, UTC (absent in older files)
+    machine: MachineInfo | None = None  # absent in older files: the scan's
 
     def to_dict(self) -> dict:
-        return {"config": self.config.to_dict(), "shape": self.shape.to_dict(), "rounds": [asdict(r) for r in self.rounds]}
+        return {"config": self.config.to_dict(), "shape": self.shape.to_dict(), "rounds": [asdict(r) for r in self.rounds],
+                "recorded_at": self.recorded_at, "machine": self.machine.to_dict() if self.machine else None}
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "PairedReference | None":
         if not data:
             return None
+        machine = data.get("machine")
         return cls(TrialConfig.from_dict(data["config"]), CalibrationShape.from_dict(data["shape"]),
-                   [PairedRound(**r) for r in data.get("rounds", [])])
+                   [PairedRound(**r) for r in data.get("rounds", [])], data.get("recorded_at"),
+                   MachineInfo.from_dict(machine) if machine else None)

@@ -51,7 +51,7 @@ class ScanOptions:
     rdzv_endpoint: str | None = None  # HOST:PORT where the nodes' picks meet for node 0's per-node summary
     max_memory: int | str | None = None  # configs whose peak host memory exceeds this are not recommended ("8G")
     diagnose: bool = True  # profile the stages once (where the time goes, the bound)
-    reference_rounds: int = 8  # paired rounds of the pick and its shaped calibration, for check (0: none)
+    reference_rounds: int = 0  # paired rounds of the pick and its shaped calibration, for check (0: none; check --record)
     current: dict | str | None = None  # the user's own knobs ("num_workers=8,pin_memory=True"): measured, the gain's reference
 
     @classmethod

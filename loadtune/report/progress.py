@@ -207,6 +207,12 @@ class CheckProgress:
         self.console.print(f"checking {config.label()}: {defaults}at least {rounds} paired rounds of the config and its shaped "
                            f"calibration (more while undecided, up to {budget_s:g} s)", style="dim", highlight=False, soft_wrap=True)
 
+    def recording(self, config: TrialConfig | None, rounds: int) -> None:
+        self.started = self.now()
+        what = config.label() if config else "the baseline's pick"
+        self.console.print(f"recording the reference for check of {what}: {rounds} paired rounds of the config and its shaped "
+                           "calibration", style="dim", highlight=False, soft_wrap=True)
+
     def round_finished(self, index: int, paired: PairedRound) -> None:
         self.console.print(f"{round_line(index, paired)}; {clock(self.now() - self.started)} elapsed", style="dim", highlight=False,
                            soft_wrap=True)

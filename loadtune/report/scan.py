@@ -356,16 +356,16 @@ def print_report(console: Console, result: ScanResult, rows: list[Row] | None = 
 
 
 def reference_line(result: ScanResult) -> str | None:
-    """After a report printed early: whether the reference ``check`` compares with was recorded
-    (None without a recommendation: there was nothing to record it of)."""
+    """Whether the reference ``check`` compares with was recorded (None without a recommendation, or
+    when none was asked for: nothing to say)."""
     ref = result.reference
-    if result.recommendation is None:
+    if result.recommendation is None or (ref is None and not result.settings.options.reference_rounds):
         return None
     if ref is not None:
         rounds = len([r for r in ref.rounds if r.ratio])
         return f"Reference for check: {rounds} paired rounds of {ref.config.label()} and its shaped calibration"
     why = [n for n in result.notes if n.startswith(NO_REFERENCE)]
-    return f"{why[-1][0].upper()}{why[-1][1:]}" if why else f"{NO_REFERENCE[0].upper()}{NO_REFERENCE[1:]} (--reference-rounds 0)"
+    return f"{why[-1][0].upper()}{why[-1][1:]}" if why else None
 
 
 def print_recommendation(console: Console, result: ScanResult) -> None:
