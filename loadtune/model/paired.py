@@ -1,5 +1,5 @@
-"""The paired reference a scan records for ``check``: its pick measured round by round beside a
-calibration workload shaped like the user's dataset (docs/ci.md)."""
+"""The paired reference ``check`` compares with (``check --record``, or a scan asked to): a pick
+measured round by round beside a calibration workload shaped like the user's dataset (docs/ci.md)."""
 
 from __future__ import annotations
 
