@@ -34,7 +34,7 @@ from loadtune.engine.check import (
 )
 from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS
 from loadtune.analysis.compare import compare, select_diffs
-from loadtune.model.config import PlanError, parse_int_list
+from loadtune.model.config import PlanError, TrialConfig, parse_int_list
 from loadtune.cli.project import ProjectError, project_defaults
 from loadtune.report.progress import AnswerOnly, CheckProgress, scan_progress
 from loadtune.version import __version__
@@ -255,8 +255,8 @@ def planned_scan(spec: Optional[str], flags: dict, json_path: Optional[Path], re
 def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool) -> ScanResult:
     """Measure, with progress unless quiet, and print (or write the JSON). The report is printed as
     soon as the answer is final, while the closing calibration (and a reference for ``check``, when
-    asked: a line then says how that went) runs; the JSON holds all of it, so it comes at the end. On Ctrl-C print and save what
-    was measured, then exit 130."""
+    asked: a line then says how that went) runs; the JSON holds all of it, so it comes at the end.
+    On Ctrl-C print and save what was measured, then exit 130."""
     result = plan.result
     printed = False
 
@@ -381,7 +381,7 @@ def refuse_reports_when_recording(as_json: bool, *paths: Optional[Path]) -> None
 
 
 def run_record(console: Console, progress: CheckProgress, spec: str, saved: ScanResult, path: Path,
-               config, rounds: int) -> None:
+               config: Optional[TrialConfig], rounds: int) -> None:
     """``check --record``: the reference measured round by round, saved in the baseline once it holds
     enough rounds (a baseline is never left with a reference that cannot decide)."""
     before = saved.reference

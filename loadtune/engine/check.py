@@ -2,10 +2,11 @@
 
 ``check --record`` measures the baseline scan's pick in paired rounds beside a calibration workload
 shaped like the dataset (``engine.reference``), on the machine that runs the checks, from the code
-they compare against, and saves the rounds in the baseline. A check measures the same rounds today, with the same loader settings,
-so another process's load or a slower machine moves both loaders of a round alike; the verdict compares
-the ratio of the two with the baseline's (``analysis.verdict``), and measures more rounds while the
-interval is too wide to decide, up to a time budget (docs/ci.md).
+they compare against, and saves the rounds in the baseline as its reference. A check measures the
+same rounds today, with the same loader settings, so another process's load or a slower machine moves
+both loaders of a round alike; the verdict compares the ratio of the two with the reference's
+(``analysis.verdict``), and measures more rounds while the interval is too wide to decide, up to a
+time budget (docs/ci.md).
 """
 
 from __future__ import annotations
