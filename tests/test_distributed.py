@@ -261,6 +261,9 @@ def test_torchrun_runs_the_scan_once_with_its_ranks_and_check_measures_its_basel
     assert data["settings"]["options"]["nproc_per_node"] == 2
     assert [len(t["ranks"]) for t in data["trials"]] == [2]
 
+    recorded = run_cli("check", ranked / "ranked.py", "--baseline", out, "--record", "--rounds", "2")  # on 2 ranks too
+    assert recorded.returncode == 0, recorded.stderr[-3000:]
+    assert len(json.loads(out.read_text())["reference"]["rounds"]) == 2
     check = run_cli("check", ranked / "ranked.py", "--baseline", out, "--rounds", "2", "--tolerance", "90%", "--json", summary)
     assert check.returncode in (0, 1), check.stderr[-3000:]  # measured and judged (speed is not asserted here)
     measured = [t for t in json.loads(summary.read_text())["trials"] if t["ranks"]]
