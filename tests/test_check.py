@@ -97,6 +97,8 @@ def test_unchanged_dataset_passes_with_reports(baseline, tmp_path):
     assert data["status"] == PASS and len(data["rounds"]) >= 2
     assert all(r["config_rate"] and r["calibration_rate"] for r in data["rounds"])
     assert data["change_low"] <= data["change"] <= data["change_high"]
+    recorded = json.loads(baseline.read_text())["reference"]["recorded_at"]
+    assert data["reference_recorded_at"] == recorded and f"paired rounds recorded {recorded}" in proc.stdout
 
 
 def test_hundredfold_slower_dataset_fails_with_figures_in_junit(baseline, tmp_path):

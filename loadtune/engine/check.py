@@ -206,7 +206,7 @@ def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound]
         machine_change=moved.value if moved else None, machine_low=moved.low if moved else None,
         machine_high=moved.high if moved else None,
         cpu_change=cpu, environment=environment_changes(reference.machine or baseline.machine, collect()),
-        wall_s=time.monotonic() - started,
+        reference_recorded_at=reference.recorded_at, wall_s=time.monotonic() - started,
         trials=trials,
     )
 

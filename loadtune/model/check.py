@@ -39,7 +39,8 @@ class CheckResult:
     machine_low: float | None = None
     machine_high: float | None = None
     cpu_change: float | None = None  # CPU time per calibration unit, today against the baseline's, less one
-    environment: list[str] = field(default_factory=list)  # what differs from the baseline's machine
+    environment: list[str] = field(default_factory=list)  # what differs from the reference's machine
+    reference_recorded_at: str | None = None  # when the reference was measured (ISO 8601; older files: unknown)
     wall_s: float = 0.0
     trials: list[Trial] = field(default_factory=list)
 

@@ -32,7 +32,8 @@ def print_check(console: Console, outcome: CheckResult, rounds: bool = True) -> 
             console.print(round_line(i, paired), style="dim", highlight=False)
     base = [r.ratio for r in outcome.baseline_rounds if r.ratio]
     if base:
-        console.print(f"  baseline: {len(base)} paired rounds, ratio {min(base):.3f}–{max(base):.3f}", style="dim")
+        when = f" recorded {outcome.reference_recorded_at}" if outcome.reference_recorded_at else ""
+        console.print(f"  baseline: {len(base)} paired rounds{when}, ratio {min(base):.3f}–{max(base):.3f}", style="dim")
     if outcome.default_rate:
         console.print(f"  PyTorch's defaults now: {outcome.default_rate:,.0f} samples/s", style="dim")
     for line in outcome.environment:
