@@ -387,9 +387,8 @@ def run_record(console: Console, progress: CheckProgress, spec: str, saved: Scan
     before = saved.reference
     progress.recording(config or (saved.recommendation.config if saved.recommendation else None), rounds)
     reference = record(spec, saved, config, rounds, on_round=progress.round_finished)
-    measured = len([r for r in reference.rounds if r.ratio])
-    if measured < MIN_BASELINE_ROUNDS:
-        raise fail(f"only {measured} of {rounds} paired rounds were measured (see the rounds above): {path} is left as it was",
+    if reference.measured < MIN_BASELINE_ROUNDS:
+        raise fail(f"only {reference.measured} of {rounds} paired rounds were measured (see the rounds above): {path} is left as it was",
                    EXIT_NOTHING_MEASURED)
     saved.reference = reference
     saved.save(path)

@@ -55,7 +55,7 @@ def check_baseline(baseline: ScanResult, spec: LoadedSpec) -> None:
     """The baseline is a scan of this dataset with a pick, and holds a reference to compare with."""
     check_scan(baseline, spec)
     reference = baseline.reference
-    if reference is None or len([r for r in reference.rounds if r.ratio]) < MIN_BASELINE_ROUNDS:
+    if reference is None or reference.measured < MIN_BASELINE_ROUNDS:
         raise BaselineError(f"the baseline has no paired reference for check (a scan records none unless asked to): "
                             f"{RECORD_HINT}")
 

@@ -67,6 +67,11 @@ class PairedReference:
     recorded_at: str | None = None  # ISO 8601, UTC (absent in older files)
     machine: MachineInfo | None = None  # absent in older files: the scan's
 
+    @property
+    def measured(self) -> int:
+        """Rounds that measured a ratio: what a check can compare with."""
+        return sum(1 for r in self.rounds if r.ratio)
+
     def to_dict(self) -> dict:
         return {"config": self.config.to_dict(), "shape": self.shape.to_dict(), "rounds": [asdict(r) for r in self.rounds],
                 "recorded_at": self.recorded_at, "machine": self.machine.to_dict() if self.machine else None}

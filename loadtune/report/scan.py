@@ -362,8 +362,7 @@ def reference_line(result: ScanResult) -> str | None:
     if result.recommendation is None or (ref is None and not result.settings.options.reference_rounds):
         return None
     if ref is not None:
-        rounds = len([r for r in ref.rounds if r.ratio])
-        return f"Reference for check: {rounds} paired rounds of {ref.config.label()} and its shaped calibration"
+        return f"Reference for check: {ref.measured} paired rounds of {ref.config.label()} and its shaped calibration"
     why = [n for n in result.notes if n.startswith(NO_REFERENCE)]
     return f"{why[-1][0].upper()}{why[-1][1:]}" if why else None
 
