@@ -12,7 +12,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from conftest import SPECS, run_cli
+from conftest import SPECS, flat, run_cli
 
 from loadtune.model.check import PASS
 from loadtune.model.results import ScanResult
@@ -35,6 +35,13 @@ def assert_reference(data, rounds=8):
     assert [r["config_first"] for r in reference["rounds"]] == [True, False] * (rounds // 2)
     assert all(r["config_rate"] and r["calibration_rate"] for r in reference["rounds"])
     assert reference["recorded_at"] and reference["machine"]["usable_cores"] >= 1
+    # PyTorch's defaults take their turn in every round, unless the config is them
+    pick = reference["config"]
+    defaults = None if pick["num_workers"] == 0 else {"batch_size": pick["batch_size"], "num_workers": 0, "pin_memory": False,
+                                                      "prefetch_factor": None, "persistent_workers": False, "transfer": "none",
+                                                      "in_order": True, "start_method": None}
+    assert reference["defaults"] == defaults
+    assert all(bool(r["default_rate"]) == bool(defaults) for r in reference["rounds"])
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +108,28 @@ def test_unchanged_dataset_passes_with_reports(baseline, tmp_path):
     assert data["reference_recorded_at"] == recorded and f"paired rounds recorded {recorded}" in proc.stdout
 
 
+def test_a_config_with_workers_is_checked_beside_pytorchs_defaults(baseline, tmp_path):
+    """A reference of one worker (``--workers 1``) holds PyTorch's defaults in every round; its check
+    measures them in the same rounds and states the gain side by side, in the console, JSON and JUnit."""
+    copy, junit, out = tmp_path / "w1.json", tmp_path / "j.xml", tmp_path / "c.json"
+    copy.write_text(baseline.read_text())
+    recorded = run_cli("check", SLOWABLE, "--baseline", copy, "--record", "--rounds", "2", "--workers", "1")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert "paired rounds of the config, its shaped calibration and PyTorch's defaults" in recorded.stdout
+    assert flat(recorded.stdout).count("PyTorch's defaults ") >= 3  # the first line and each round's
+    reference = json.loads(copy.read_text())["reference"]
+    assert reference["config"]["num_workers"] == 1 and reference["defaults"]["num_workers"] == 0
+    proc = run_cli("check", SLOWABLE, "--baseline", copy, "--workers", "1", "--rounds", "2", "--tolerance", "50%",
+                   "--json", out, "--junit-xml", junit)
+    assert proc.returncode in (0, 4), proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["defaults"]["num_workers"] == 0 and all(r["default_rate"] and r["default_ratio"] for r in data["rounds"])
+    assert data["gain_low"] <= data["gain"] <= data["gain_high"] and data["baseline_gain"] > 0
+    assert f"the config {data['gain']:.2f}× ({data['gain_low']:.2f}–{data['gain_high']:.2f}×, 95% over rounds) side by side" in flat(proc.stdout)
+    names = [c.get("name") for c in ET.parse(junit).getroot().findall("testcase")]
+    assert names[2].startswith("PyTorch's defaults w0 bs16") and len(names) == 3
+
+
 def test_hundredfold_slower_dataset_fails_with_figures_in_junit(baseline, tmp_path):
     junit = tmp_path / "j.xml"
     proc = run_cli("check", SLOWABLE, "--baseline", baseline, "--rounds", "2", "--junit-xml", junit,
@@ -122,7 +151,7 @@ def test_a_20_percent_slower_dataset_fails(dial_baseline):
         if slowed.returncode == 1:
             break
     assert slowed.returncode == 1, slowed.stdout + slowed.stderr
-    assert "REGRESSION" in slowed.stdout and "block pairs" in slowed.stdout
+    assert "REGRESSION" in slowed.stdout and "turns" in slowed.stdout
 
 
 def test_an_unchanged_dataset_passes(dial_baseline):

@@ -28,7 +28,7 @@ from loadtune.engine.spec import SpecError, from_objects
 from loadtune.model import results as results_mod
 from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION, CheckResult
 from loadtune.model.config import TrialConfig
-from loadtune.model.paired import CalibrationShape, PairedRound
+from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, CalibrationShape, PairedRound, turn_order
 from loadtune.model.results import ResultError, ScanResult, Trial, TrialError
 from loadtune.report import ci, notebook
 from loadtune.report.html import html_report
@@ -40,6 +40,7 @@ SCHEMAS = ROOT / "loadtune" / "schema"
 FIXTURES = Path(__file__).parent / "fixtures"
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
 PICK = TrialConfig(64, 2, prefetch_factor=2)
+DEFAULTS_W0 = TrialConfig(64, 0)
 
 
 # --- a minimal JSON Schema reader: the keywords the published schemas use --------------------------
@@ -207,26 +208,29 @@ def test_every_display_hands_the_answer_over_before_the_reference_is_recorded():
 
 
 def check_result(status, defaults_ok=True, rounds=2, back_to_back=False):
-    """A check as engine.check builds it: PyTorch's defaults first, then one paired trial per round (the
-    config's blocks and the shaped calibration's), or, as with several ranks, each round's two trials in
-    the order the round ran them."""
-    paired = [PairedRound(1000.0, 500.0, config_first=i % 2 == 0, pairs=0 if back_to_back else 3) for i in range(rounds)]
-    trials = [fake_trial(TrialConfig(64, 0), 300.0) if defaults_ok else failed_trial(TrialConfig(64, 0))]
+    """A check as engine.check builds it: one paired trial per round (the config's blocks, the shaped
+    calibration's and PyTorch's defaults'), or, as with several ranks, each round's three trials in the
+    order the round ran them."""
+    paired = [PairedRound(1000.0, 500.0, config_first=i % 2 == 0, pairs=0 if back_to_back else 3,
+                          default_rate=300.0 if defaults_ok else None) for i in range(rounds)]
+    trials = []
     for p in paired:
         own, calibration = fake_trial(PICK, 1000.0), fake_trial(PICK, 500.0)
-        own.wall_s, calibration.wall_s = 3.0, 2.0
+        defaults = fake_trial(DEFAULTS_W0, 300.0) if defaults_ok else failed_trial(DEFAULTS_W0)
+        own.wall_s, calibration.wall_s, defaults.wall_s = 3.0, 2.0, 0.75
         if not back_to_back:
-            own.calibration_blocks, own.wall_s = calibration.blocks, 5.0
+            own.calibration_blocks, own.default_blocks, own.wall_s = calibration.blocks, defaults.blocks, 6.0
             trials.append(own)
         else:
-            trials += [own, calibration] if p.config_first else [calibration, own]
-    trials[0].wall_s = 1.5
+            by_role = {CONFIG: own, CALIBRATION: calibration, DEFAULTS: defaults}
+            trials += [by_role[role] for role in turn_order(True, p.config_first)]
     reasons = {PASS: [], REGRESSION: ["throughput fell 30.0% against the shaped calibration"],
                INCONCLUSIVE: ["the change straddles the tolerance"], NOTHING: ["no round of the checked config could be measured"]}
     return CheckResult(config=PICK, tolerance=0.1, baseline_rate=1100.0, rounds=paired, baseline_rounds=paired,
-                       shape=CalibrationShape(10, 0.0, 16, 1e-6, "stage profile"), default_rate=300.0 if defaults_ok else None,
-                       min_throughput=None, status=status, reasons=reasons[status], change=-0.3, change_low=-0.4,
-                       change_high=-0.2, wall_s=12.0, trials=trials)
+                       shape=CalibrationShape(10, 0.0, 16, 1e-6, "stage profile"), min_throughput=None, status=status,
+                       reasons=reasons[status], change=-0.3, change_low=-0.4, change_high=-0.2, wall_s=12.0, trials=trials,
+                       defaults=DEFAULTS_W0, gain=3.33 if defaults_ok else None, gain_low=3.0 if defaults_ok else None,
+                       gain_high=3.7 if defaults_ok else None, baseline_gain=3.2)
 
 
 @pytest.mark.parametrize("back_to_back", [False, True])
@@ -235,10 +239,12 @@ def test_junit_has_a_timed_testcase_per_measured_config(status, tag, back_to_bac
     suite = ET.fromstring(ci.junit_xml(check_result(status, back_to_back=back_to_back)))
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == ["throughput w2 pf2 bs64", "shaped calibration (w2 pf2 bs64)", "PyTorch's defaults w0 bs64"]
-    # each config's own trials; a paired trial's 5 s are shared by its two loaders
-    assert [float(c.get("time")) for c in cases] == ([6.0, 4.0, 1.5] if back_to_back else [5.0, 5.0, 1.5])
-    calibration = cases[1].find("system-out").text  # the calibration's own rate, about 500, not the config's
-    assert "samples/s now, median of 2 trials" in calibration and 490 <= float(calibration.split(": ")[1].split()[0]) <= 510
+    # each loader's own trials; a paired trial's 6 s are shared by its three loaders
+    assert [float(c.get("time")) for c in cases] == ([6.0, 4.0, 1.5] if back_to_back else [4.0, 4.0, 4.0])
+    for case, expected in zip(cases[1:], (500, 300)):  # each loader's own rate, not the config's
+        text = case.find("system-out").text
+        assert "samples/s now, median of 2 trials" in text and expected - 10 <= float(text.split(": ")[1].split()[0]) <= expected + 10
+    assert "the config 3.33× (3.00–3.70×, 95% over rounds) side by side; 3.20× in the reference" in cases[2].find("system-out").text
     assert suite.get("tests") == "3" and float(suite.get("time")) == 12.0
     assert suite.get("failures") == str(int(tag == "failure")) and suite.get("errors") == str(int(tag == "error"))
     checked = cases[0]
@@ -251,10 +257,21 @@ def test_junit_has_a_timed_testcase_per_measured_config(status, tag, back_to_bac
 
 
 def test_junit_skips_a_context_config_that_measured_nothing():
-    suite = ET.fromstring(ci.junit_xml(check_result(PASS, defaults_ok=False)))
+    suite = ET.fromstring(ci.junit_xml(check_result(PASS, defaults_ok=False, back_to_back=True)))
     defaults = suite.findall("testcase")[2]
     assert defaults.find("skipped").get("message").startswith("not measured: the dataset raised KeyError")
     assert suite.get("skipped") == "1" and suite.get("errors") == "0"
+
+
+def test_a_check_without_defaults_in_its_rounds_has_no_defaults_case():
+    result = check_result(PASS)
+    result.defaults = None  # the checked config is PyTorch's defaults (or an older reference)
+    for t in result.trials:
+        t.default_blocks = []
+    suite = ET.fromstring(ci.junit_xml(result))
+    assert [float(c.get("time")) for c in suite.findall("testcase")] == [6.0, 6.0]  # shared by two loaders
+    assert "PyTorch's defaults" not in ci.markdown(result)
+    assert "| the config over PyTorch's defaults, side by side | 3.20× | 3.33× (3.00 … 3.70×) |" in ci.markdown(check_result(PASS))
 
 
 def test_the_check_json_matches_the_published_schema():

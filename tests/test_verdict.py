@@ -18,6 +18,7 @@ from loadtune.analysis.verdict import (
     machine_change,
     next_step,
     paired_change,
+    side_by_side_gain,
     tamed,
 )
 from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION
@@ -149,6 +150,26 @@ def test_the_interval_covers_the_true_change_95_percent_of_the_time():
         change = paired_change([math.log(r.ratio) for r in base], [math.log(r.ratio) for r in now])
         covered += change.low <= truth <= change.high
     assert covered / runs >= 0.93
+
+
+def test_the_gain_over_the_defaults_covers_the_truth_95_percent_of_the_time():
+    """Each round shares the machine's drifting, jumping pace between the config and PyTorch's defaults;
+    the interval over rounds covers the true gain at the round counts a check uses."""
+    rng = random.Random(13)
+    for n in (3, 5, 12):
+        covered, runs, truth = 0, 1000, 1.6
+        for _ in range(runs):
+            machine = Machine(rng)
+            rounds = []
+            for i in range(n):
+                pace = machine.pace()
+                config = 8000 * pace * math.exp(rng.gauss(0, 0.04))
+                rounds.append(PairedRound(config, 5000.0, i % 2 == 0, default_rate=8000 / truth * pace * math.exp(rng.gauss(0, 0.04))))
+            gain = side_by_side_gain(rounds)
+            covered += gain.low <= truth <= gain.high
+        assert 0.92 <= covered / runs <= 0.985, (n, covered)
+    assert side_by_side_gain([PairedRound(900.0, 300.0, default_rate=300.0)]) is None  # one round: no spread
+    assert side_by_side_gain([PairedRound(900.0, 300.0)] * 4) is None  # no defaults in the rounds
 
 
 def test_a_baseline_recorded_in_a_noisy_moment_does_not_make_a_quiet_check_cry_wolf():

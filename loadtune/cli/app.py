@@ -362,7 +362,7 @@ def check(
         if budget <= 0:
             raise OptionsError(f"--budget must be a positive number of seconds, got {budget:g}")
         if saved.reference is not None:
-            progress.starting(config or saved.reference.config, rounds, budget)
+            progress.starting(config or saved.reference.config, rounds, budget, saved.reference.defaults is not None)
         outcome = run_check(spec, saved, config, tol, floor, rounds, budget, on_round=progress.round_finished)
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None

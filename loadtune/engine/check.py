@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from loadtune.engine import probe as probe_mod
@@ -24,9 +23,8 @@ from loadtune.engine.distributed.layout import validate as validate_layout
 from loadtune.engine.calibration import unit_seconds_isolated
 from loadtune.engine.machine import collect
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
-from loadtune.model.config import TrialConfig, transfer_for
+from loadtune.model.config import TrialConfig
 from loadtune.model.results import ScanResult
-from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
 from loadtune.engine.trial.workload import StepWorkload, calibrate
@@ -35,7 +33,7 @@ from loadtune.model.paired import PairedReference, PairedRound
 from loadtune.model.results import Trial
 from loadtune.engine.reference import paired_round, record_reference
 from loadtune.analysis.environment import environment_changes, spec_identity
-from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step
+from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step, side_by_side_gain
 
 
 DEFAULT_BUDGET_S = 180.0  # seconds a check may take, its setup included, before it settles for "inconclusive"
@@ -96,9 +94,9 @@ def run_check(
     budget_s: float = DEFAULT_BUDGET_S,
     on_round: Callable[[int, PairedRound], None] | None = None,
 ) -> CheckResult:
-    """Measure the baseline's pick and its shaped calibration in paired rounds, with the baseline's own
-    timing and loader options: at least ``rounds``, then more while the verdict is inconclusive and
-    another round fits in ``budget_s``. PyTorch's defaults are measured once, for context."""
+    """Measure the baseline's pick and its shaped calibration (and PyTorch's defaults, where its
+    reference holds them) in paired rounds, with the baseline's own timing and loader options: at least
+    ``rounds``, then more while the verdict is inconclusive and another round fits in ``budget_s``."""
     started = time.monotonic()
     spec = load_spec(spec_target)
     check_baseline(baseline, spec)
@@ -111,24 +109,21 @@ def run_check(
         raise BaselineError(f"--rounds {rounds} cannot decide: at least {MIN_ROUNDS} paired rounds show the noise")
     if rounds > MAX_ROUNDS:
         raise BaselineError(f"--rounds {rounds} is more than the {MAX_ROUNDS} rounds a check measures at most")
-    request, device = check_request(baseline, spec, config)
+    request, _ = check_request(baseline, spec, config)
     cpu = cpu_change(reference.shape.unit_s)
     trials: list[Trial] = []
-    default = TrialConfig(config.batch_size, 0, transfer=transfer_for(False, device.startswith("cuda")))
-    default_trial = run_trial(spec.ref, replace(request, config=default)) if default != config else None
-    trials += [default_trial] if default_trial else []
     paired: list[PairedRound] = []
     first_round = time.monotonic()
     stop, early = False, None
     while not stop:
-        got, round_trials = paired_round(spec.ref, reference.shape, spec.length, request, len(paired))
+        got, round_trials = paired_round(spec.ref, reference.shape, spec.length, request, len(paired), reference.defaults)
         paired.append(got)
         trials += round_trials
         if on_round:
             on_round(len(paired), got)
         _, stop, early = next_step(reference.rounds, paired, tolerance, rounds,
                                    rounds_at_end(len(paired), first_round, started, budget_s), min_throughput)
-    return outcome(baseline, config, paired, tolerance, min_throughput, default_trial, trials, started, early, cpu)
+    return outcome(baseline, config, paired, tolerance, min_throughput, trials, started, early, cpu)
 
 
 def cpu_change(unit_s: float | None) -> float | None:
@@ -184,7 +179,7 @@ def check_request(baseline: ScanResult, spec: LoadedSpec, config: TrialConfig) -
 
 
 def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound], tolerance: float,
-            min_throughput: float | None, default_trial: Trial | None, trials: list[Trial], started: float,
+            min_throughput: float | None, trials: list[Trial], started: float,
             early: str | None = None, cpu: float | None = None) -> CheckResult:
     """The verdict and its figures, with how the machine moved and what differs around it; ``early``: why
     an undecided check stopped before its budget ran out; ``cpu``: this CPU's speed against the baseline's."""
@@ -196,17 +191,22 @@ def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound]
         reasons.append(f"the machine itself ran the shaped calibration {moved.value:+.0%} against the baseline's "
                        f"({moved.low:+.0%} to {moved.high:+.0%}): the paired ratio discounts that")
     picked = baseline.config_result(config)
+    gain, gain_then = side_by_side_gain(paired), side_by_side_gain(reference.rounds)
+    if gain is not None and gain.high < 1:
+        reasons.append(f"PyTorch's defaults loaded faster than {config.label()} in the same rounds (the pick "
+                       f"{gain.value:.2f}×, {gain.low:.2f}–{gain.high:.2f}×): the pick no longer pays; scan again")
     return CheckResult(
         config=config, tolerance=tolerance, baseline_rate=picked.estimate.median if picked and picked.ok else 0.0,
         rounds=paired, baseline_rounds=list(reference.rounds), shape=reference.shape,
-        default_rate=default_trial.estimate.median if default_trial and default_trial.ok else None,
         min_throughput=min_throughput, status=status, reasons=reasons,
         change=change.value if change else None, change_low=change.low if change else None,
         change_high=change.high if change else None,
         machine_change=moved.value if moved else None, machine_low=moved.low if moved else None,
         machine_high=moved.high if moved else None,
         cpu_change=cpu, environment=environment_changes(reference.machine or baseline.machine, collect()),
-        reference_recorded_at=reference.recorded_at, wall_s=time.monotonic() - started,
+        reference_recorded_at=reference.recorded_at, defaults=reference.defaults, gain=gain.value if gain else None,
+        gain_low=gain.low if gain else None, gain_high=gain.high if gain else None,
+        baseline_gain=gain_then.value if gain_then else None, wall_s=time.monotonic() - started,
         trials=trials,
     )
 

@@ -26,7 +26,7 @@ from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.trial.workload import StepWorkload
-from loadtune.model.config import Skip, TrialConfig, transfer_for
+from loadtune.model.config import Skip, TrialConfig, pytorch_default
 from loadtune.model.results import ScanResult, Trial, check_writable
 from loadtune.model.settings import ScanOptions
 
@@ -241,8 +241,8 @@ def reference(run: Run) -> None:
 def profile_stages(plan: Plan, request: TrialRequest, observer: ScanObserver | None = None) -> None:
     """Where the time goes: one profiling run (``stages.py``) at the recommended config's batch size,
     in its own process. A failure leaves the scan's figures standing and says why in a note."""
-    config = TrialConfig(request.config.batch_size, 0, transfer=transfer_for(False, plan.device.startswith("cuda")),
-                         start_method=request.config.start_method)
+    config = replace(pytorch_default(request.config.batch_size, plan.device.startswith("cuda")),
+                     start_method=request.config.start_method)
     if observer:
         observer.profile_started()
     costs, why = stages_mod.run_profile(plan.source, replace(request, config=config, ranks=None))

@@ -28,7 +28,6 @@ class CheckResult:
     rounds: list[PairedRound]  # today's: the config and its shaped calibration, block by block in turn
     baseline_rounds: list[PairedRound]  # the baseline's reference rounds
     shape: CalibrationShape
-    default_rate: float | None  # PyTorch's defaults now, for context
     min_throughput: float | None
     status: str
     reasons: list[str]
@@ -41,12 +40,23 @@ class CheckResult:
     cpu_change: float | None = None  # CPU time per calibration unit, today against the baseline's, less one
     environment: list[str] = field(default_factory=list)  # what differs from the reference's machine
     reference_recorded_at: str | None = None  # when the reference was measured (ISO 8601; older files: unknown)
+    defaults: TrialConfig | None = None  # PyTorch's defaults, measured in every round (None: the config is them, or an older reference)
+    gain: float | None = None  # the config over the defaults today, side by side (95% interval over rounds below)
+    gain_low: float | None = None
+    gain_high: float | None = None
+    baseline_gain: float | None = None  # the same in the reference's rounds
     wall_s: float = 0.0
     trials: list[Trial] = field(default_factory=list)
 
     @property
     def rate_now(self) -> float | None:
         rates = [r.config_rate for r in self.rounds if r.config_rate]
+        return statistics.median(rates) if rates else None
+
+    @property
+    def default_rate(self) -> float | None:
+        """PyTorch's defaults today: the median of the rounds' rates."""
+        rates = [r.default_rate for r in self.rounds if r.default_rate]
         return statistics.median(rates) if rates else None
 
     @property
@@ -62,5 +72,7 @@ class CheckResult:
     def to_dict(self) -> dict:
         data = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "loadtune_version": __version__, **asdict(self)}
         data["config"] = self.config.to_dict()
+        data["defaults"] = self.defaults.to_dict() if self.defaults else None
+        data["default_rate"] = self.default_rate  # derived, for readers
         data["trials"] = [t.to_dict() for t in self.trials]
         return data

@@ -40,6 +40,11 @@ def transfer_cost(transfer: str) -> int:
     return {"none": 0, "sync": 0, "non_blocking": 1, "stream": 2}.get(transfer, 2)
 
 
+def pytorch_default(batch_size: int, accelerator: bool) -> "TrialConfig":
+    """PyTorch's defaults at ``batch_size``: what a user gets without tuning, and what gains are measured against."""
+    return TrialConfig(batch_size, 0, transfer=transfer_for(False, accelerator))
+
+
 class PlanError(ValueError):
     """An invalid knob value: refused before any work, exit code 2."""
 

@@ -33,22 +33,43 @@ class CalibrationShape:
                    str(data.get("source", "")), int(data.get("unit_readings", 1)))
 
 
+CONFIG, CALIBRATION, DEFAULTS = "config", "calibration", "defaults"  # the loaders of a round
+
+
+def turn_order(defaults: bool, config_first: bool) -> tuple[str, ...]:
+    """The order in which a round's loaders take their turn (block by block, or as trials back to back).
+    The config sits beside the calibration (the verdict's ratio) and, with PyTorch's defaults in the round,
+    between the two, so both of its ratios come from neighbours; the next turn runs the reverse order,
+    and ``config_first`` says whether the config goes before the calibration in the first."""
+    order = (DEFAULTS, CONFIG, CALIBRATION) if defaults else (CONFIG, CALIBRATION)
+    return order if config_first else order[::-1]
+
+
 @dataclass(frozen=True)
 class PairedRound:
-    """One round: the config and its shaped calibration in one process, timed block by block in turn
-    (``pairs`` block pairs; the rates are the geometric means of the paired blocks), or, with several
-    ranks, in two trials back to back (``pairs`` 0). None: not measured. Which goes first alternates
-    between rounds."""
+    """One round: the config and its shaped calibration (and PyTorch's defaults, unless the config is
+    them) in one process, timed block by block in turn (``pairs`` turns; the rates are the geometric
+    means of the blocks of the turns every loader completed), or, with several ranks, as trials back to
+    back (``pairs`` 0). None: not measured. Which goes first alternates between rounds."""
 
     config_rate: float | None
     calibration_rate: float | None
     config_first: bool = True
     pairs: int = 0
-    block_ratio: float | None = None  # the median ratio of neighbouring blocks (block pairs only)
+    block_ratio: float | None = None  # the median ratio config / calibration of neighbouring blocks (turns in one process only)
+    default_rate: float | None = None  # PyTorch's defaults in the same round; None: not in the round
+    default_ratio: float | None = None  # config / defaults: the median of neighbouring blocks' ratios
+
+    @property
+    def gain(self) -> float | None:
+        """The config over PyTorch's defaults in this round, side by side."""
+        if not self.config_rate or not self.default_rate:
+            return None
+        return self.default_ratio or self.config_rate / self.default_rate
 
     @property
     def ratio(self) -> float | None:
-        """config / calibration: the median of the block pairs' ratios, robust to a neighbour's burst
+        """config / calibration: the median of the turns' ratios, robust to a neighbour's burst
         that hit one block of a pair; of the two trials' rates when measured back to back."""
         if not self.config_rate or not self.calibration_rate:
             return None
@@ -66,6 +87,7 @@ class PairedReference:
     rounds: list[PairedRound] = field(default_factory=list)
     recorded_at: str | None = None  # ISO 8601, UTC (absent in older files)
     machine: MachineInfo | None = None  # absent in older files: the scan's
+    defaults: TrialConfig | None = None  # PyTorch's defaults, measured in every round; None: the config is them (or an older file)
 
     @property
     def measured(self) -> int:
@@ -74,13 +96,15 @@ class PairedReference:
 
     def to_dict(self) -> dict:
         return {"config": self.config.to_dict(), "shape": self.shape.to_dict(), "rounds": [asdict(r) for r in self.rounds],
-                "recorded_at": self.recorded_at, "machine": self.machine.to_dict() if self.machine else None}
+                "recorded_at": self.recorded_at, "machine": self.machine.to_dict() if self.machine else None,
+                "defaults": self.defaults.to_dict() if self.defaults else None}
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "PairedReference | None":
         if not data:
             return None
-        machine = data.get("machine")
+        machine, defaults = data.get("machine"), data.get("defaults")
         return cls(TrialConfig.from_dict(data["config"]), CalibrationShape.from_dict(data["shape"]),
                    [PairedRound(**r) for r in data.get("rounds", [])], data.get("recorded_at"),
-                   MachineInfo.from_dict(machine) if machine else None)
+                   MachineInfo.from_dict(machine) if machine else None,
+                   TrialConfig.from_dict(defaults) if defaults else None)

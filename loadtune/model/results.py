@@ -264,8 +264,10 @@ class Trial:
     # then the slowest rank's (its pace is the pace of synchronous training), see ``settle_ranks``
     ranks: list[RankFigures] = field(default_factory=list)
     load: LoadReading | None = None  # who kept the usable cores busy over the timed blocks (one loader only)
-    # check's paired trial: the shaped calibration's blocks, each timed beside one of ``blocks`` (same index)
+    # check's paired trial: the shaped calibration's blocks and PyTorch's defaults', each timed beside
+    # one of ``blocks`` (same index)
     calibration_blocks: list[Block] = field(default_factory=list)
+    default_blocks: list[Block] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -321,6 +323,7 @@ class Trial:
         data["config"] = self.config.to_dict()
         data["blocks"] = [block_dict(b) for b in self.blocks]
         data["calibration_blocks"] = [block_dict(b) for b in self.calibration_blocks]
+        data["default_blocks"] = [block_dict(b) for b in self.default_blocks]
         data["warmup"] = block_dict(self.warmup) if self.warmup else None
         est = self.estimate
         data["samples_per_s"] = asdict(est) if est else None  # derived, for readers; recomputed on load
@@ -335,6 +338,7 @@ class Trial:
         data["warmup"] = Block.from_dict(data["warmup"]) if data.get("warmup") else None
         data["blocks"] = [Block.from_dict(b) for b in data.get("blocks", [])]
         data["calibration_blocks"] = [Block.from_dict(b) for b in data.get("calibration_blocks", [])]
+        data["default_blocks"] = [Block.from_dict(b) for b in data.get("default_blocks", [])]
         if data.get("memory"):
             mem = dict(data["memory"])
             mem["samples"] = [tuple(s) for s in mem.get("samples", [])]

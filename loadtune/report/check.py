@@ -9,19 +9,22 @@ from loadtune.analysis.load import load_summary
 from loadtune.model.check import PASS, REGRESSION, CheckResult
 from loadtune.model.settings import NOISE_FLOOR
 from loadtune.model.paired import PairedRound
-from loadtune.report.ci import summary_line
+from loadtune.report.ci import defaults_line, summary_line
 from loadtune.report.text import load_sentence
 
 STYLES = {PASS: "bold green", REGRESSION: "bold red"}
 
 
 def round_line(index: int, paired: PairedRound) -> str:
-    """One paired round as it is measured: both rates and their ratio (the median of its block pairs)."""
+    """One paired round as it is measured: the rates, the ratio the verdict uses (the median of its
+    turns) and the gain over PyTorch's defaults where they were in the round."""
     first = "config first" if paired.config_first else "calibration first"
     ratio = f"{paired.ratio:.3f}" if paired.ratio else "-"
-    how = f"median of {paired.pairs} block pairs, {first}" if paired.pairs else first
+    how = f"median of {paired.pairs} turns, {first}" if paired.pairs else first
+    defaults = (f"; PyTorch's defaults {paired.default_rate or 0:,.0f} samples/s, the config "
+                + (f"{paired.gain:.2f}×" if paired.gain else "-")) if paired.default_rate is not None or paired.gain else ""
     return (f"  round {index}: config {paired.config_rate or 0:,.0f} samples/s, shaped calibration "
-            f"{paired.calibration_rate or 0:,.0f} samples/s, ratio {ratio} ({how})")
+            f"{paired.calibration_rate or 0:,.0f} samples/s, ratio {ratio} ({how}){defaults}")
 
 
 def print_check(console: Console, outcome: CheckResult, rounds: bool = True) -> None:
@@ -34,8 +37,9 @@ def print_check(console: Console, outcome: CheckResult, rounds: bool = True) -> 
     if base:
         when = f" recorded {outcome.reference_recorded_at}" if outcome.reference_recorded_at else ""
         console.print(f"  baseline: {len(base)} paired rounds{when}, ratio {min(base):.3f}–{max(base):.3f}", style="dim")
-    if outcome.default_rate:
-        console.print(f"  PyTorch's defaults now: {outcome.default_rate:,.0f} samples/s", style="dim")
+    defaults = defaults_line(outcome)
+    if defaults:
+        console.print(f"  {defaults}", style="dim", highlight=False)
     for line in outcome.environment:
         console.print(f"  environment changed: {line}", style="yellow")
     load = load_summary(outcome.trials, NOISE_FLOOR)

@@ -11,57 +11,62 @@ from xml.sax.saxutils import escape, quoteattr
 
 from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION, CheckResult
 from loadtune.model.config import TrialConfig
+from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
 from loadtune.model.results import Trial, write_atomic
 from loadtune.report.text import rate
 
 
 @dataclass
 class Measured:
-    """One config the check measured, as a JUnit test case: what it is, its trials, and the verdict's
-    part in it (only the checked config carries the verdict). ``calibration``: the shaped calibration's
-    blocks of paired trials, which hold both loaders (each loader is given half a trial's seconds)."""
+    """One loader the check measured, as a JUnit test case: what it is, its trials, and whose blocks
+    are read in them (``role``; only the checked config carries the verdict). A paired trial holds
+    every loader of its round, and each is given its share of the trial's seconds."""
 
     name: str
     config: TrialConfig
     trials: list[Trial]
-    checked: bool = False
-    calibration: bool = False
+    role: str = CONFIG
+
+    @property
+    def checked(self) -> bool:
+        return self.role == CONFIG
 
     @property
     def seconds(self) -> float:
-        return sum(t.wall_s / (2 if t.calibration_blocks else 1) for t in self.trials)
+        return sum(t.wall_s / (1 + bool(t.calibration_blocks) + bool(t.default_blocks)) for t in self.trials)
 
     @property
     def rates(self) -> list[float]:
-        if not self.calibration:
-            return [t.estimate.median for t in self.trials if t.ok and t.estimate is not None]
-        return [statistics.median(b.rate for b in t.calibration_blocks) for t in self.trials if t.calibration_blocks]
+        rates = []
+        for t in self.trials:
+            own = {CALIBRATION: t.calibration_blocks, DEFAULTS: t.default_blocks}.get(self.role)
+            if t.calibration_blocks and own is not None:  # a paired trial: this loader's blocks in it
+                rates += [statistics.median(b.rate for b in own)] if own else []
+            elif t.ok and t.estimate is not None:
+                rates.append(t.estimate.median)
+        return rates
 
 
 def measured(result: CheckResult) -> list[Measured]:
-    """The check's trials by what they measured: PyTorch's defaults (once, first, unless they are the
-    checked config), then one paired trial per round holding the config and its shaped calibration, or
-    (several ranks) two trials per round in the order the round ran them (``config_first``, as
-    ``engine.reference.paired_round`` alternates it)."""
-    trials, n = list(result.trials), len(result.rounds)
-    per_round = 1 if any(t.calibration_blocks for t in trials) else 2
-    defaults = trials.pop(0) if n and len(trials) == per_round * n + 1 else None
-    own, calibration, in_pairs = [], [], per_round == 1
-    if n and in_pairs and len(trials) == n:
-        own = calibration = trials
-    elif n and len(trials) == 2 * n:
-        for paired, first, second in zip(result.rounds, trials[::2], trials[1::2]):
-            own.append(first if paired.config_first else second)
-            calibration.append(second if paired.config_first else first)
+    """The check's trials by the loader they measured: one paired trial per round holding the config,
+    its shaped calibration and PyTorch's defaults (unless the config is them), or (several ranks) a
+    trial per loader in the order the round ran them (``model.paired.turn_order``)."""
+    trials, n, with_defaults = list(result.trials), len(result.rounds), result.defaults is not None
+    roles = turn_order(with_defaults, True)
+    by_role: dict[str, list[Trial]] = {role: [] for role in roles}
+    if n and len(trials) == n:
+        by_role = {role: trials for role in roles}
+    elif n and len(trials) == len(roles) * n:
+        for i, paired in enumerate(result.rounds):
+            for role, trial in zip(turn_order(with_defaults, paired.config_first), trials[i * len(roles):]):
+                by_role[role].append(trial)
     else:  # not a check's own trial list (hand-made): every trial of the config counts as its own
-        own = [t for t in result.trials if t.config == result.config]
+        by_role = {CONFIG: [t for t in trials if t.config == result.config]}
     label = result.config.label()
-    cases = [Measured(f"throughput {label}", result.config, own, checked=True)]
-    if calibration:
-        cases.append(Measured(f"shaped calibration ({label})", result.config, calibration, calibration=in_pairs))
-    if defaults is not None:
-        cases.append(Measured(f"PyTorch's defaults {defaults.config.label()}", defaults.config, [defaults]))
-    return cases
+    cases = [(CONFIG, f"throughput {label}", result.config), (CALIBRATION, f"shaped calibration ({label})", result.config)]
+    if with_defaults:
+        cases.append((DEFAULTS, f"PyTorch's defaults {result.defaults.label()}", result.defaults))
+    return [Measured(name, config, by_role[role], role) for role, name, config in cases if role in by_role]
 
 
 def testcase(case: Measured, result: CheckResult) -> tuple[str, str | None]:
@@ -76,6 +81,7 @@ def testcase(case: Measured, result: CheckResult) -> tuple[str, str | None]:
         out = summary_line(result)
     elif case.rates:
         out = f"{case.name}: {rate(statistics.median(case.rates))} samples/s now, median of {len(case.rates)} trials"
+        out += f"; {defaults_line(result)}" if case.role == DEFAULTS else ""
     else:
         failed = next((t.error.message for t in case.trials if t.error), "it was not measured")
         tag, message, out = "skipped", f"not measured: {failed.splitlines()[0]}", f"{case.name}: not measured"
@@ -129,6 +135,19 @@ def change_text(result: CheckResult, dash: str) -> str:
     return f"{result.change:+.1%} (interval from the rounds' noise alone: {result.change_low:+.1%}{dash}{high})"
 
 
+def defaults_line(outcome: CheckResult) -> str | None:
+    """PyTorch's defaults in the same rounds, and the config's gain over them side by side (today, and
+    in the reference's rounds); None when they were not measured."""
+    if outcome.defaults is None:
+        return None
+    label = outcome.defaults.label()
+    if outcome.gain is None:
+        return f"PyTorch's defaults {label}: not measured in enough rounds for a gain"
+    then = f"; {outcome.baseline_gain:.2f}× in the reference" if outcome.baseline_gain else ""
+    return (f"PyTorch's defaults {label}: {outcome.default_rate:,.0f} samples/s in the same rounds; the config "
+            f"{outcome.gain:.2f}× ({outcome.gain_low:.2f}–{outcome.gain_high:.2f}×, 95% over rounds) side by side{then}")
+
+
 def summary_line(result: CheckResult) -> str:
     now = f"{result.rate_now:,.0f}" if result.rate_now else "-"
     change = change_text(result, " to ")
@@ -144,6 +163,8 @@ def markdown(result: CheckResult) -> str:
     machine = (f"{result.machine_change:+.1%} ({result.machine_low:+.1%} … {result.machine_high:+.1%})"
                if result.machine_change is not None else "-")
     cpu = f"{result.cpu_change:+.1%}" if result.cpu_change is not None else "-"
+    gain = f"{result.gain:.2f}× ({result.gain_low:.2f} … {result.gain_high:.2f}×)" if result.gain is not None else "-"
+    then = f"{result.baseline_gain:.2f}×" if result.baseline_gain else "-"
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression", INCONCLUSIVE: "⚠️ inconclusive"}.get(result.status, "⚠️ " + result.status)
     lines = [
         f"### loadtune check: {icon}",
@@ -154,6 +175,7 @@ def markdown(result: CheckResult) -> str:
         f"| shaped calibration samples/s | {f'{cal_then:,.0f}' if cal_then else '-'} | {f'{cal_now:,.0f}' if cal_now else '-'} |",
         f"| paired rounds | {len(result.baseline_rounds)} | {len(result.rounds)} |",
         f"| change of config / calibration | | {change_text(result, ' … ')} |",
+        *([f"| the config over PyTorch's defaults, side by side | {then} | {gain} |"] if result.defaults else []),
         f"| the machine (calibration alone) | | {machine} |",
         f"| CPU time per unit of calibration work | | {cpu} |",
         "",

@@ -193,25 +193,29 @@ def scan_progress(stream: TextIO | None = None,
     return LineProgress(stream, on_answer=on_answer)
 
 
+def loaders(defaults: bool) -> str:
+    """What a paired round holds."""
+    return "the config, its shaped calibration and PyTorch's defaults" if defaults else "the config and its shaped calibration"
+
+
 class CheckProgress:
     """``check`` round by round: each paired round as it ends, with the elapsed time; a first line
-    says what will be measured, so a log is not silent while PyTorch's defaults and round 1 run."""
+    says what will be measured, so a log is not silent while round 1 runs."""
 
     def __init__(self, console: Console, now: Callable[[], float] = time.monotonic):
         self.console, self.now = console, now
         self.started = now()
 
-    def starting(self, config: TrialConfig, rounds: int, budget_s: float) -> None:
+    def starting(self, config: TrialConfig, rounds: int, budget_s: float, defaults: bool) -> None:
         self.started = self.now()
-        defaults = "" if config.is_pytorch_default else "PyTorch's defaults once, then "
-        self.console.print(f"checking {config.label()}: {defaults}at least {rounds} paired rounds of the config and its shaped "
-                           f"calibration (more while undecided, up to {budget_s:g} s)", style="dim", highlight=False, soft_wrap=True)
+        self.console.print(f"checking {config.label()}: at least {rounds} paired rounds of {loaders(defaults)} (more while "
+                           f"undecided, up to {budget_s:g} s)", style="dim", highlight=False, soft_wrap=True)
 
     def recording(self, config: TrialConfig | None, rounds: int) -> None:
         self.started = self.now()
         what = config.label() if config else "the baseline's pick"
-        self.console.print(f"recording the reference for check of {what}: {rounds} paired rounds of the config and its shaped "
-                           "calibration", style="dim", highlight=False, soft_wrap=True)
+        self.console.print(f"recording the reference for check of {what}: {rounds} paired rounds of "
+                           f"{loaders(config is None or not config.is_pytorch_default)}", style="dim", highlight=False, soft_wrap=True)
 
     def round_finished(self, index: int, paired: PairedRound) -> None:
         self.console.print(f"{round_line(index, paired)}; {clock(self.now() - self.started)} elapsed", style="dim", highlight=False,

@@ -9,7 +9,7 @@ import multiprocessing
 from dataclasses import dataclass, field
 
 from torch.utils.data import DataLoader
-from loadtune.model.config import DEVICE_TRANSFERS, PlanError, Skip, TrialConfig, transfer_for, transfers_for
+from loadtune.model.config import DEVICE_TRANSFERS, PlanError, Skip, TrialConfig, pytorch_default, transfers_for
 
 
 @dataclass
@@ -111,7 +111,6 @@ def build_grid(space: SearchSpace, accelerator: bool) -> tuple[list[TrialConfig]
 def reference_configs(configs: list[TrialConfig], accelerator: bool) -> list[TrialConfig]:
     """PyTorch's default config at each batch size, when the grid lacks it: the gain is measured, not assumed."""
     present = {c.batch_size for c in configs if c.is_pytorch_default}
-    transfer = transfer_for(False, accelerator)
-    return [TrialConfig(bs, 0, False, None, False, transfer) for bs in sorted({c.batch_size for c in configs} - present)]
+    return [pytorch_default(bs, accelerator) for bs in sorted({c.batch_size for c in configs} - present)]
 
 

@@ -1,12 +1,15 @@
-"""Two loaders timed in turn in one process: ``check``'s config beside its shaped calibration.
+"""Loaders timed in turn in one process: ``check``'s config beside its shaped calibration (and
+PyTorch's defaults, unless the config is them).
 
-Both loaders are built with the same knobs, consumer and device, and live in one trial process. Their
-timed blocks alternate (A B, B A, A B, ...), so that another process's load, a machine whose pace
-changes every few seconds, or drift within the round hit both alike: the ratio of neighbouring blocks
-measures the dataset against a fixed workload, not the machine's mood. Trials of their own, seconds
-apart, could not: a neighbour's job that starts between them moves one and not the other.
+The config and the calibration are built with the same knobs, consumer and device; the defaults with
+PyTorch's own knobs over the same dataset. All live in one trial process, and their timed blocks take
+turns (``model.paired.turn_order``: D C K, K C D, D C K, ...), so that another process's load, a
+machine whose pace changes every few seconds, or drift within the round hit them alike: the ratio of
+neighbouring blocks measures the dataset against a fixed workload (and the config against PyTorch's
+defaults), not the machine's mood. Trials of their own, seconds apart, could not: a neighbour's job
+that starts between them moves one and not the other.
 
-While one loader runs, the other's workers finish what they were asked for and wait; before its next
+While one loader runs, the others' workers finish what they were asked for and wait; before its next
 timed block, the batches finished ahead are consumed untimed, so every block times steady-state work.
 A loader whose short epochs are measured whole rests at an epoch boundary and has no backlog.
 """
@@ -34,14 +37,16 @@ from loadtune.engine.trial.measure import (
 from loadtune.engine.trial.transfer import batch_info
 from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.config import TrialConfig
+from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
 
-MIN_PAIRS = 2  # block pairs per paired trial at least: one pair has no spread of its own
+MIN_PAIRS = 2  # turns per paired trial at least: one has no spread of its own
+KINDS = {CONFIG: "block", CALIBRATION: "calibration", DEFAULTS: "defaults"}  # the message each loader's blocks go out as
 
 
 def pairs_for(timing: Timing) -> int:
-    """Block pairs a paired trial times: half as many as a trial of one loader has blocks, each block
-    half as long (short neighbours share more of the machine's moods). A round is short, since what
-    limits a check is the spread between rounds (fresh processes), which only more rounds narrow."""
+    """Turns a paired trial times: half as many as a trial of one loader has blocks, each block half
+    as long (short neighbours share more of the machine's moods). A round is short, since what limits
+    a check is the spread between rounds (fresh processes), which only more rounds narrow."""
     return max(MIN_PAIRS, timing.blocks // 2)
 
 
@@ -56,29 +61,32 @@ def measure_alternating(
     config_first: bool = True,
     workload: StepWorkload | None = None,
     measured: Callable[[], None] = lambda: None,
+    defaults: TrialConfig | None = None,
 ) -> None:
-    """Time ``spec``'s loader and ``other``'s in alternating blocks: ``("block", Block)`` for the
-    first, ``("calibration", Block)`` for the second, a pair at a time, the order of each pair the
-    reverse of the one before (``config_first``: the first pair's)."""
+    """Time ``spec``'s loader, ``other``'s and (``defaults``: PyTorch's defaults over ``spec``) a third
+    in turns: ``("block", Block)`` for the first, ``("calibration", Block)`` for the second,
+    ``("defaults", Block)`` for the third, one block each per turn, each turn the reverse order of the
+    one before (``config_first``: the config before the calibration in the first)."""
     deadline = time.perf_counter() + timing.max_s
     if device.type == "cuda":
         open_device(device)
-    meters = [build_meter(s, config, device, timing, options, workload, None) for s in (spec, other)]
-    emit("startup", meters[0].startup())
-    meters[1].startup()
-    first = batch_info(meters[0].pending)
+    loaders = {CONFIG: (spec, config), CALIBRATION: (other, config)} | ({DEFAULTS: (spec, defaults)} if defaults else {})
+    meters = {role: build_meter(s, c, device, timing, options, workload, None) for role, (s, c) in loaders.items()}
+    emit("startup", meters[CONFIG].startup())
+    first = batch_info(meters[CONFIG].pending)
     emit("batch", first)
-    warm_up(meters[0], spec, config, timing, deadline, emit)
-    warm_up(meters[1], other, config, timing, deadline, lambda kind, payload: None)
+    for role, meter in meters.items():
+        if role != CONFIG:
+            meter.startup()
+        s, c = loaders[role]
+        warm_up(meter, s, c, timing, deadline, emit if role == CONFIG else lambda kind, payload: None)
     load = LoadMeter()
     load.start()
-    kinds = ("block", "calibration")
-    block_s, block_batches = timing.block_s / 2, max(1, 2 * config.num_workers)
+    block_s = timing.block_s / 2
     for i in range(pairs_for(timing)):
-        order = (0, 1) if (i % 2 == 0) == config_first else (1, 0)
-        for which in order:
-            resume(meters[which], deadline)
-            emit(kinds[which], meters[which].phase(block_s, block_batches, deadline))
+        for role in turn_order(defaults is not None, (i % 2 == 0) == config_first):
+            resume(meters[role], deadline)
+            emit(KINDS[role], meters[role].phase(block_s, max(1, 2 * loaders[role][1].num_workers), deadline))
         if time.perf_counter() > deadline:
             break
     reading = load.stop()

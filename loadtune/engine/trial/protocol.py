@@ -39,6 +39,7 @@ class Kind(StrEnum):
     WARNING = "warning"  # a sentence for the report
     BLOCK = "block"  # one timed Block
     CALIBRATION = "calibration"  # one timed Block of the shaped calibration, between the config's (check)
+    DEFAULTS = "defaults"  # one timed Block of PyTorch's defaults, beside the config's (check)
     CPU = "cpu"  # CPU seconds of the loader's processes over the timed blocks
     LOAD = "load"  # the LoadReading over the timed blocks: the machine's CPUs against the trial's own
     GPU_MEMORY = "gpu_memory"  # the device's GPUUsage (allocator peaks, pinned memory)
@@ -212,6 +213,7 @@ RULES: dict[Kind, Rule] = {
     Kind.WARMUP: Rule(Scope.SENDER, lambda figures, m: setattr(figures, "warmup", m.payload)),
     Kind.BLOCK: Rule(Scope.SENDER, lambda figures, m: figures.blocks.append(m.payload)),
     Kind.CALIBRATION: Rule(Scope.TRIAL, lambda trial, m: trial.calibration_blocks.append(m.payload)),  # one loader only
+    Kind.DEFAULTS: Rule(Scope.TRIAL, lambda trial, m: trial.default_blocks.append(m.payload)),  # one loader only
     Kind.MEMORY: Rule(Scope.RANK, lambda figures, m: setattr(figures, "memory_bytes", m.payload)),
     Kind.WARNING: Rule(Scope.TRIAL, add_warning),
     Kind.BATCH: Rule(Scope.TRIAL, first_batch),
