@@ -14,6 +14,12 @@ reported.
 
     python benchmarks/check_alarms.py --runs 20 --out benchmarks/check_alarms.json
 
+A round holds PyTorch's defaults beside the config unless the config is them. ``--check-workers N``
+records and checks the pick with N workers, so that they are in the rounds whatever the scan picked;
+``--pairs-too`` checks each cell a second time, right after, against a copy of the baseline whose
+reference holds no defaults (as an older reference does), so that the rounds hold the config and the
+calibration only: what the defaults cost in time, and whether a third loader moves the ratio.
+
 ``--replay JSON`` scores a saved run's rounds again with today's stopping rule and verdict
 (``analysis.verdict.next_step``), round by round as ``check`` would have met them: a rule that stops
 no later than the one that measured them gives exactly the verdicts it would have given.
@@ -70,12 +76,14 @@ def background(cmd: list[str] | None):
             proc.wait()
 
 
-def one_check(baseline: Path, out: Path, condition: str, extra_work: float) -> dict:
+def one_check(baseline: Path, out: Path, condition: str, extra_work: float, knobs: list[str]) -> dict:
     started = time.monotonic()
     with background(CONDITIONS[condition]):
-        proc = loadtune("check", str(SPEC), "--baseline", str(baseline), "--json", str(out), extra_work=extra_work)
+        proc = loadtune("check", str(SPEC), "--baseline", str(baseline), "--json", str(out), *knobs, extra_work=extra_work)
     data = json.loads(out.read_text()) if out.exists() else {}
     return {"condition": condition, "extra_work": extra_work, "exit": proc.returncode,
+            "loaders": 3 if data.get("defaults") else 2,
+            "gain": data.get("gain"), "gain_low": data.get("gain_low"), "gain_high": data.get("gain_high"),
             "status": EXIT_STATUS.get(proc.returncode, f"exit {proc.returncode}"),
             "change": data.get("change"), "change_low": data.get("change_low"), "change_high": data.get("change_high"),
             "rounds": len(data.get("rounds", [])), "wall_s": round(time.monotonic() - started, 1),
@@ -108,15 +116,16 @@ def replay(run: dict, baseline_rounds: list[dict], tolerance: float = 0.10, budg
 
 def summarise(runs: list[dict]) -> list[dict]:
     cells = []
-    for condition in CONDITIONS:
-        for extra in sorted({r["extra_work"] for r in runs}):
-            rs = [r for r in runs if r["condition"] == condition and r["extra_work"] == extra]
-            if not rs:
-                continue
+    for condition, extra, loaders in itertools.product(CONDITIONS, sorted({r["extra_work"] for r in runs}), (3, 2)):
+        rs = [r for r in runs if r["condition"] == condition and r["extra_work"] == extra and r.get("loaders", 2) == loaders]
+        if rs:
             walls = sorted(r["wall_s"] for r in rs)
             changes = sorted(r["change"] for r in rs if r["change"] is not None)
-            cells.append({"condition": condition, "extra_work": extra, "checks": len(rs),
+            gains = sorted(r["gain"] for r in rs if r.get("gain"))
+            cells.append({"condition": condition, "extra_work": extra, "loaders": loaders, "checks": len(rs),
                           "median_change": changes[len(changes) // 2] if changes else None,
+                          "median_gain": gains[len(gains) // 2] if gains else None,
+                          "median_rounds": sorted(r["rounds"] for r in rs)[len(rs) // 2],
                           **{s: sum(r["status"] == s for r in rs) for s in ("pass", "regression", "inconclusive")},
                           "other": sum(r["status"] not in ("pass", "regression", "inconclusive") for r in rs),
                           "median_wall_s": walls[len(walls) // 2], "max_wall_s": walls[-1]})
@@ -134,6 +143,10 @@ def main() -> None:
                    "has workers, whose processes contend for the cores with the background load)")
     p.add_argument("--baseline", help="check against this saved scan instead of scanning first (another cell set "
                    "against the same baseline)")
+    p.add_argument("--check-workers", type=int, help="record and check the pick with this many workers (PyTorch's "
+                   "defaults are then in every round)")
+    p.add_argument("--pairs-too", action="store_true", help="check each cell again against the reference without "
+                   "PyTorch's defaults (rounds of two loaders), right after")
     p.add_argument("--out", help="the JSON written as the checks end")
     p.add_argument("--show", metavar="JSON", help="print the table of a saved run and exit")
     p.add_argument("--replay", metavar="JSON", help="score a saved run's rounds again with today's rules, print the "
@@ -158,6 +171,11 @@ def main() -> None:
         return
     if not args.out:
         p.error("--out is required to run the checks")
+    run_checks(args)
+
+
+def run_checks(args: argparse.Namespace) -> None:
+    """The baseline (scanned and recorded, or given), then ``--runs`` checks of every cell, in turn."""
     meta = run_meta()
     if args.cells:
         cells = [(c.strip(), float(w)) for c, w in (cell.rsplit(":", 1) for cell in args.cells.split(","))]
@@ -174,26 +192,40 @@ def main() -> None:
         scan = loadtune("scan", str(SPEC), "--json", str(baseline), "-q", "--workers", args.workers)
         if scan.returncode != 0:
             sys.exit(f"baseline scan failed:\n{scan.stdout}\n{scan.stderr}")
-        recorded = loadtune("check", str(SPEC), "--baseline", str(baseline), "--record")  # the reference, as CI records it
+    knobs = ["--workers", str(args.check_workers)] if args.check_workers is not None else []
+    if not args.baseline or knobs:
+        recorded = loadtune("check", str(SPEC), "--baseline", str(baseline), "--record", *knobs)  # the reference, as CI records it
         if recorded.returncode != 0:
             sys.exit(f"recording the reference failed:\n{recorded.stdout}\n{recorded.stderr}")
         scan_s = round(time.monotonic() - started, 1)
     saved = json.loads(baseline.read_text())
     pick, reference = saved["recommendation"]["config"], saved["reference"]
-    print(f"baseline ({scan_s or 'given'} s): num_workers={pick['num_workers']} batch_size={pick['batch_size']}", flush=True)
+    print(f"baseline ({scan_s or 'given'} s): num_workers={pick['num_workers']} batch_size={pick['batch_size']}; checked: "
+          f"num_workers={reference['config']['num_workers']}, defaults in the rounds: {bool(reference.get('defaults'))}", flush=True)
+    baselines = [baseline] + ([without_defaults(saved, tmp / "pairs.json")] if args.pairs_too else [])
     runs: list[dict] = []
     for i in range(args.runs):
-        for condition, extra in cells:
-            r = one_check(baseline, tmp / f"check-{len(runs)}.json", condition, extra)
+        for (condition, extra), base in itertools.product(cells, baselines):
+            r = one_check(base, tmp / f"check-{len(runs)}.json", condition, extra, knobs)
             runs.append(r)
             change = f"{r['change']:+.1%} ({r['change_low']:+.1%}…{r['change_high']:+.1%})" if r["change"] is not None else "-"
-            print(f"{i + 1:3d} {condition:14s} +{extra:<4.0%} {r['status']:12s} {change:28s} "
-                  f"{r['rounds']} rounds {r['wall_s']:5.1f} s", flush=True)
+            gain = f"gain {r['gain']:.2f}× ({r['gain_low']:.2f}–{r['gain_high']:.2f})" if r["gain"] else ""
+            print(f"{i + 1:3d} {condition:14s} +{extra:<4.0%} {r['loaders']} loaders {r['status']:12s} {change:28s} "
+                  f"{r['rounds']} rounds {r['wall_s']:5.1f} s {gain}", flush=True)
             summary = {"meta": meta, "runs_per_cell": args.runs, "baseline_scan_s": scan_s, "baseline_pick": pick,
                        "baseline_reference": reference,
                        "cells": summarise(runs), "wall_s": round(time.monotonic() - started, 1), "runs": runs}
             Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")  # a cut-off run keeps what it has
     print_table(summarise(runs))
+
+
+def without_defaults(saved: dict, path: Path) -> Path:
+    """A copy of the baseline whose reference holds no PyTorch's defaults: checks against it measure
+    rounds of the config and the calibration only (the reference's ratios are the same rounds')."""
+    reference = dict(saved["reference"], defaults=None)
+    reference["rounds"] = [dict(r, default_rate=None, default_ratio=None) for r in reference["rounds"]]
+    path.write_text(json.dumps(dict(saved, reference=reference)))
+    return path
 
 
 def replay_shorter_baselines(saved: dict, k: int) -> None:
@@ -218,12 +250,15 @@ def replay_shorter_baselines(saved: dict, k: int) -> None:
 
 def print_table(cells: list[dict]) -> None:
     """The cells as the Markdown table RESULTS.md shows."""
-    print("| condition | work added | checks | pass | regression | inconclusive | median change | median s | max s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| condition | work added | loaders | checks | pass | regression | inconclusive | median change | median gain | "
+          "median rounds | median s | max s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in cells:
         change = f"{c['median_change']:+.1%}" if c["median_change"] is not None else "-"
-        print(f"| {c['condition']} | +{c['extra_work']:.0%} | {c['checks']} | {c['pass']} | {c['regression']} | "
-              f"{c['inconclusive']} | {change} | {c['median_wall_s']:.0f} | {c['max_wall_s']:.0f} |")
+        gain = f"{c['median_gain']:.2f}×" if c.get("median_gain") else "-"
+        print(f"| {c['condition']} | +{c['extra_work']:.0%} | {c.get('loaders', 2)} | {c['checks']} | {c['pass']} | {c['regression']} | "
+              f"{c['inconclusive']} | {change} | {gain} | {c.get('median_rounds', '-')} | {c['median_wall_s']:.0f} | "
+              f"{c['max_wall_s']:.0f} |")
 
 
 if __name__ == "__main__":
