@@ -193,7 +193,7 @@ def run_checks(args: argparse.Namespace) -> None:
         if scan.returncode != 0:
             sys.exit(f"baseline scan failed:\n{scan.stdout}\n{scan.stderr}")
     knobs = ["--workers", str(args.check_workers)] if args.check_workers is not None else []
-    if not args.baseline or knobs:
+    if not args.baseline or other_workers(baseline, args.check_workers):
         recorded = loadtune("check", str(SPEC), "--baseline", str(baseline), "--record", *knobs)  # the reference, as CI records it
         if recorded.returncode != 0:
             sys.exit(f"recording the reference failed:\n{recorded.stdout}\n{recorded.stderr}")
@@ -217,6 +217,12 @@ def run_checks(args: argparse.Namespace) -> None:
                        "cells": summarise(runs), "wall_s": round(time.monotonic() - started, 1), "runs": runs}
             Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")  # a cut-off run keeps what it has
     print_table(summarise(runs))
+
+
+def other_workers(baseline: Path, workers: int | None) -> bool:
+    """The given baseline's reference is not of ``workers`` workers (None: any will do): record one."""
+    reference = json.loads(baseline.read_text()).get("reference")
+    return workers is not None and (reference is None or reference["config"]["num_workers"] != workers)
 
 
 def without_defaults(saved: dict, path: Path) -> Path:
