@@ -125,7 +125,8 @@ def test_a_config_with_workers_is_checked_beside_pytorchs_defaults(baseline, tmp
     data = json.loads(out.read_text())
     assert data["defaults"]["num_workers"] == 0 and all(r["default_rate"] and r["default_ratio"] for r in data["rounds"])
     assert data["gain_low"] <= data["gain"] <= data["gain_high"] and data["baseline_gain"] > 0
-    assert f"the config {data['gain']:.2f}× ({data['gain_low']:.2f}–{data['gain_high']:.2f}×, 95% over rounds) side by side" in flat(proc.stdout)
+    interval = f"{data['gain_low']:.2f}–{data['gain_high']:.2f}×"
+    assert f"the config {data['gain']:.2f}× (interval from the rounds' noise alone: {interval}) side by side" in flat(proc.stdout)
     names = [c.get("name") for c in ET.parse(junit).getroot().findall("testcase")]
     assert names[2].startswith("PyTorch's defaults w0 bs16") and len(names) == 3
 

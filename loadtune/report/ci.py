@@ -137,7 +137,8 @@ def change_text(result: CheckResult, dash: str) -> str:
 
 def defaults_line(outcome: CheckResult) -> str | None:
     """PyTorch's defaults in the same rounds, and the config's gain over them side by side (today, and
-    in the reference's rounds); None when they were not measured."""
+    in the reference's rounds); None when they were not measured. The interval is named for what it
+    holds, as the change's is: checks minutes apart read gains further apart than it (benchmarks/RESULTS.md)."""
     if outcome.defaults is None:
         return None
     label = outcome.defaults.label()
@@ -145,7 +146,7 @@ def defaults_line(outcome: CheckResult) -> str | None:
         return f"PyTorch's defaults {label}: not measured in enough rounds for a gain"
     then = f"; {outcome.baseline_gain:.2f}× in the reference" if outcome.baseline_gain else ""
     return (f"PyTorch's defaults {label}: {outcome.default_rate:,.0f} samples/s in the same rounds; the config "
-            f"{outcome.gain:.2f}× ({outcome.gain_low:.2f}–{outcome.gain_high:.2f}×, 95% over rounds) side by side{then}")
+            f"{outcome.gain:.2f}× (interval from the rounds' noise alone: {outcome.gain_low:.2f}–{outcome.gain_high:.2f}×) side by side{then}")
 
 
 def summary_line(result: CheckResult) -> str:
