@@ -196,7 +196,7 @@ def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound]
         reasons.append(f"PyTorch's defaults loaded faster than {config.label()} in the same rounds (the pick "
                        f"{gain.value:.2f}×, {gain.low:.2f}–{gain.high:.2f}×): the pick no longer pays; scan again")
     return CheckResult(
-        config=config, tolerance=tolerance, baseline_rate=picked.estimate.median if picked and picked.ok else 0.0,
+        config=config, tolerance=tolerance, baseline_rate=picked.estimate.median if picked and picked.ok else None,
         rounds=paired, baseline_rounds=list(reference.rounds), shape=reference.shape,
         min_throughput=min_throughput, status=status, reasons=reasons,
         change=change.value if change else None, change_low=change.low if change else None,

@@ -24,7 +24,7 @@ class CheckResult:
 
     config: TrialConfig
     tolerance: float
-    baseline_rate: float  # the baseline's samples/s for the config
+    baseline_rate: float | None  # the baseline scan's samples/s for the config (None: the scan did not measure it)
     rounds: list[PairedRound]  # today's: the config and its shaped calibration, block by block in turn
     baseline_rounds: list[PairedRound]  # the baseline's reference rounds
     shape: CalibrationShape

@@ -79,9 +79,10 @@ def testcase(case: Measured, result: CheckResult) -> tuple[str, str | None]:
         message = result.reasons[0] if result.reasons else result.status
         text = "; ".join(result.reasons) + "\n" + summary_line(result)
         out = summary_line(result)
+    elif case.role == DEFAULTS and case.rates and result.gain is not None:
+        out = defaults_line(result)
     elif case.rates:
         out = f"{case.name}: {rate(statistics.median(case.rates))} samples/s now, median of {len(case.rates)} trials"
-        out += f"; {defaults_line(result)}" if case.role == DEFAULTS else ""
     else:
         failed = next((t.error.message for t in case.trials if t.error), "it was not measured")
         tag, message, out = "skipped", f"not measured: {failed.splitlines()[0]}", f"{case.name}: not measured"
@@ -152,7 +153,8 @@ def defaults_line(outcome: CheckResult) -> str | None:
 def summary_line(result: CheckResult) -> str:
     now = f"{result.rate_now:,.0f}" if result.rate_now else "-"
     change = change_text(result, " to ")
-    return (f"{result.config.label()}: {now} samples/s now, {result.baseline_rate:,.0f} in the baseline; "
+    then = f"{result.baseline_rate:,.0f} in the baseline" if result.baseline_rate else "not measured by the baseline's scan"
+    return (f"{result.config.label()}: {now} samples/s now, {then}; "
             f"change against the shaped calibration {change} over {len(result.rounds)} paired rounds; "
             f"tolerance {result.tolerance:.0%}; {result.status} ({result.wall_s:.0f} s)")
 
@@ -172,7 +174,7 @@ def markdown(result: CheckResult) -> str:
         "",
         "| | baseline | now |",
         "|---|---:|---:|",
-        f"| `{result.config.label()}` samples/s | {result.baseline_rate:,.0f} | {now} |",
+        f"| `{result.config.label()}` samples/s | {f'{result.baseline_rate:,.0f}' if result.baseline_rate else '-'} | {now} |",
         f"| shaped calibration samples/s | {f'{cal_then:,.0f}' if cal_then else '-'} | {f'{cal_now:,.0f}' if cal_now else '-'} |",
         f"| paired rounds | {len(result.baseline_rounds)} | {len(result.rounds)} |",
         f"| change of config / calibration | | {change_text(result, ' … ')} |",
