@@ -25,7 +25,7 @@ class CheckResult:
     config: TrialConfig
     tolerance: float
     baseline_rate: float | None  # the baseline scan's samples/s for the config (None: the scan did not measure it)
-    rounds: list[PairedRound]  # today's: the config and its shaped calibration, block by block in turn
+    rounds: list[PairedRound]  # today's: the config, its shaped calibration (and the defaults), block by block in turn
     baseline_rounds: list[PairedRound]  # the baseline's reference rounds
     shape: CalibrationShape
     min_throughput: float | None
@@ -41,7 +41,7 @@ class CheckResult:
     environment: list[str] = field(default_factory=list)  # what differs from the reference's machine
     reference_recorded_at: str | None = None  # when the reference was measured (ISO 8601; older files: unknown)
     defaults: TrialConfig | None = None  # PyTorch's defaults, measured in every round (None: the config is them, or an older reference)
-    gain: float | None = None  # the config over the defaults today, side by side (95% interval over rounds below)
+    gain: float | None = None  # the config over the defaults today, side by side (a t-interval over today's rounds below: their noise alone)
     gain_low: float | None = None
     gain_high: float | None = None
     baseline_gain: float | None = None  # the same in the reference's rounds

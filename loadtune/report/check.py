@@ -22,7 +22,7 @@ def round_line(index: int, paired: PairedRound) -> str:
     ratio = f"{paired.ratio:.3f}" if paired.ratio else "-"
     how = f"median of {paired.pairs} turns, {first}" if paired.pairs else first
     defaults = (f"; PyTorch's defaults {paired.default_rate or 0:,.0f} samples/s, the config "
-                + (f"{paired.gain:.2f}×" if paired.gain else "-")) if paired.default_rate is not None or paired.gain else ""
+                + (f"{paired.gain:.2f}×" if paired.gain else "-")) if paired.default_rate is not None else ""
     return (f"  round {index}: config {paired.config_rate or 0:,.0f} samples/s, shaped calibration "
             f"{paired.calibration_rate or 0:,.0f} samples/s, ratio {ratio} ({how}){defaults}")
 
