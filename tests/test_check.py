@@ -2,7 +2,8 @@
 by a scan asked to). A 100x slower dataset fails with its figures in JUnit; bad baselines and round counts
 too small to decide are refused. The statistical
 promises end to end, on a dataset whose work per sample is a dial: unchanged it passes, also with another
-process keeping a core busy (never a regression there); 20% slower it fails. Their error rates over many
+process keeping a core busy (never a regression there); 20% slower it fails (at once without workers; with
+the scan's pick, at the latest on a second check). Their error rates over many
 checks are measured in benchmarks/check_alarms.py (benchmarks/RESULTS.md)."""
 
 import contextlib
@@ -165,6 +166,28 @@ def test_an_unchanged_dataset_passes(dial_baseline):
         if same.returncode == 0:
             break
     assert same.returncode == 0, same.stdout + same.stderr
+
+
+@pytest.fixture(scope="module")
+def dial_without_workers(dial_baseline, tmp_path_factory):
+    """The dial's baseline with a reference of ``num_workers=0`` (``check --record --workers 0``): the main
+    process alone, whose rounds spread least on a small machine and which loses the whole slowdown."""
+    path = tmp_path_factory.mktemp("dial-w0") / "loadtune.json"
+    path.write_text(dial_baseline.read_text())
+    recorded = run_cli("check", DIAL, "--baseline", path, "--record", "--workers", "0")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    return path
+
+
+def test_without_workers_a_20_percent_slower_dataset_fails_and_an_unchanged_one_passes_at_once(dial_without_workers):
+    """The same promises with no second chance: one check each, the verdict it must give."""
+    slowed = run_cli("check", DIAL, "--baseline", dial_without_workers, "--workers", "0", "--tolerance", "5%",
+                     "--json", dial_without_workers.with_name("slowed.json"), env={"LOADTUNE_TEST_SLOWDOWN": "0.2"})
+    assert slowed.returncode == 1, slowed.stdout + slowed.stderr
+    same = run_cli("check", DIAL, "--baseline", dial_without_workers, "--workers", "0")
+    assert same.returncode == 0, same.stdout + same.stderr
+    change = json.loads(dial_without_workers.with_name("slowed.json").read_text())["change"]
+    assert -0.30 < change < -0.10, change  # about the dial's 20%, not a 100x collapse
 
 
 @contextlib.contextmanager
