@@ -280,6 +280,9 @@ def test_a_check_without_defaults_in_its_rounds_has_no_defaults_case():
     assert [float(c.get("time")) for c in suite.findall("testcase")] == [6.0, 6.0]  # shared by two loaders
     assert "PyTorch's defaults" not in ci.markdown(result)
     assert "| the config over PyTorch's defaults, side by side | 3.20× | 3.33× (3.00 … 3.70×) |" in ci.markdown(check_result(PASS))
+    dated = check_result(PASS)
+    dated.reference_recorded_at = "2026-11-25T11:09:22+00:00"
+    assert "| paired rounds | 2, recorded 2026-11-25T11:09:22+00:00 | 2 |" in ci.markdown(dated)
 
 
 def test_the_check_json_matches_the_published_schema():

@@ -168,6 +168,7 @@ def markdown(result: CheckResult) -> str:
     cpu = f"{result.cpu_change:+.1%}" if result.cpu_change is not None else "-"
     gain = f"{result.gain:.2f}× ({result.gain_low:.2f} … {result.gain_high:.2f}×)" if result.gain is not None else "-"
     then = f"{result.baseline_gain:.2f}×" if result.baseline_gain else "-"
+    recorded = f", recorded {result.reference_recorded_at}" if result.reference_recorded_at else ""  # drift grows with its age
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression", INCONCLUSIVE: "⚠️ inconclusive"}.get(result.status, "⚠️ " + result.status)
     lines = [
         f"### loadtune check: {icon}",
@@ -176,7 +177,7 @@ def markdown(result: CheckResult) -> str:
         "|---|---:|---:|",
         f"| `{result.config.label()}` samples/s | {f'{result.baseline_rate:,.0f}' if result.baseline_rate else '-'} | {now} |",
         f"| shaped calibration samples/s | {f'{cal_then:,.0f}' if cal_then else '-'} | {f'{cal_now:,.0f}' if cal_now else '-'} |",
-        f"| paired rounds | {len(result.baseline_rounds)} | {len(result.rounds)} |",
+        f"| paired rounds | {len(result.baseline_rounds)}{recorded} | {len(result.rounds)} |",
         f"| change of config / calibration | | {change_text(result, ' … ')} |",
         *([f"| the config over PyTorch's defaults, side by side | {then} | {gain} |"] if result.defaults else []),
         f"| the machine (calibration alone) | | {machine} |",
