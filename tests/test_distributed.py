@@ -261,12 +261,16 @@ def test_torchrun_runs_the_scan_once_with_its_ranks_and_check_measures_its_basel
     assert data["settings"]["options"]["nproc_per_node"] == 2
     assert [len(t["ranks"]) for t in data["trials"]] == [2]
 
-    recorded = run_cli("check", ranked / "ranked.py", "--baseline", out, "--record", "--rounds", "2")  # on 2 ranks too
+    recorded = run_cli("check", ranked / "ranked.py", "--baseline", out, "--record", "--rounds", "3")  # on 2 ranks too
     assert recorded.returncode == 0, recorded.stderr[-3000:]
-    assert len(json.loads(out.read_text())["reference"]["rounds"]) == 2
+    assert len(json.loads(out.read_text())["reference"]["rounds"]) == 3
     check = run_cli("check", ranked / "ranked.py", "--baseline", out, "--rounds", "2", "--tolerance", "90%", "--json", summary)
-    assert check.returncode in (0, 1), check.stderr[-3000:]  # measured and judged (speed is not asserted here)
-    measured = [t for t in json.loads(summary.read_text())["trials"] if t["ranks"]]
+    # measured and judged; speed is not asserted here, and back-to-back rounds of two ranks on two busy cores
+    # can spread so that even 90% is undecided (exit 4: it happened once against a 2-round reference)
+    assert check.returncode in (0, 1, 4), check.stderr[-3000:]
+    result = json.loads(summary.read_text())
+    assert result["rounds"] and all(r["config_rate"] and r["calibration_rate"] for r in result["rounds"])
+    measured = [t for t in result["trials"] if t["ranks"]]
     assert measured and all(len(t["ranks"]) == 2 for t in measured)  # the baseline's 2 ranks, not one loader
 
 
