@@ -109,7 +109,7 @@ def run_check(
         raise BaselineError(f"--rounds {rounds} cannot decide: at least {MIN_ROUNDS} paired rounds show the noise")
     if rounds > MAX_ROUNDS:
         raise BaselineError(f"--rounds {rounds} is more than the {MAX_ROUNDS} rounds a check measures at most")
-    request, _ = check_request(baseline, spec, config)
+    request = check_request(baseline, spec, config)
     cpu = cpu_change(reference.shape.unit_s)
     trials: list[Trial] = []
     paired: list[PairedRound] = []
@@ -151,7 +151,7 @@ def record(spec_target: Any, baseline: ScanResult, config: TrialConfig | None = 
     config = config or baseline.recommendation.config
     if rounds < MIN_BASELINE_ROUNDS:
         raise BaselineError(f"--rounds {rounds} cannot make a reference: at least {MIN_BASELINE_ROUNDS} paired rounds show the noise")
-    request, _ = check_request(baseline, spec, config)
+    request = check_request(baseline, spec, config)
     reference = record_reference(baseline, spec.ref, request, rounds, collect(), on_round=on_round)
     if reference is None:
         raise BaselineError(f"the baseline has no per-sample costs of {config.label()} to shape the calibration with (no stage "
@@ -159,7 +159,7 @@ def record(spec_target: Any, baseline: ScanResult, config: TrialConfig | None = 
     return reference
 
 
-def check_request(baseline: ScanResult, spec: LoadedSpec, config: TrialConfig) -> tuple[TrialRequest, str]:
+def check_request(baseline: ScanResult, spec: LoadedSpec, config: TrialConfig) -> TrialRequest:
     """The request every trial of a check (or of its reference) uses for ``config``: the baseline's
     timing, loader options, step, device (the CPU when this machine has no accelerator) and ranks."""
     opts = baseline.settings.options
@@ -175,7 +175,7 @@ def check_request(baseline: ScanResult, spec: LoadedSpec, config: TrialConfig) -
     loader = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
     request = TrialRequest(config, device, scan_timing(opts), loader, opts.timeout,
                            machine.start_method, workload=work)
-    return with_ranks(request, ranks), device
+    return with_ranks(request, ranks)
 
 
 def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound], tolerance: float,

@@ -79,10 +79,8 @@ def round_of(trial: Trial, config_first: bool) -> PairedRound:
     if trial.status != "ok" or not turns:
         return PairedRound(None, None, config_first, 0)
     rates = [math.exp(statistics.fmean(math.log(turn[i]) for turn in turns)) for i in range(len(columns))]
-    ratio = statistics.median(t[0] / t[1] for t in turns)
-    if not with_defaults:
-        return PairedRound(rates[0], rates[1], config_first, len(turns), ratio)
-    return PairedRound(rates[0], rates[1], config_first, len(turns), ratio, rates[2], statistics.median(t[0] / t[2] for t in turns))
+    defaults = (rates[2], statistics.median(t[0] / t[2] for t in turns)) if with_defaults else (None, None)
+    return PairedRound(rates[0], rates[1], config_first, len(turns), statistics.median(t[0] / t[1] for t in turns), *defaults)
 
 
 def back_to_back(source: SpecRef | LoadedSpec, calibration: LoadedSpec, request: TrialRequest, config_first: bool,
