@@ -39,6 +39,7 @@ ROOT = Path(__file__).parent.parent
 SCHEMAS = ROOT / "loadtune" / "schema"
 FIXTURES = Path(__file__).parent / "fixtures"
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
+STORED_WORKFLOW = ROOT / "examples" / "ci" / "github-actions-stored-reference.yml"  # the history-keeping form
 PICK = TrialConfig(64, 2, prefetch_factor=2)
 DEFAULTS_W0 = TrialConfig(64, 0)
 
@@ -127,6 +128,17 @@ def test_the_schema_reader_finds_what_it_should():
 @pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("*.json")), ids=lambda p: p.name)
 def test_saved_scans_match_the_published_schema(fixture):
     assert_valid(json.loads(fixture.read_text()), "scan", strict=False)  # files of an older loadtune: keys since added are absent
+
+
+def test_a_scan_of_batches_of_varying_size_matches_the_published_schema():
+    from loadtune.model.batch import BatchInfo, BatchSizes
+
+    result = ScanResult.load(sorted(FIXTURES.glob("*.json"))[0])
+    for trial in result.trials:
+        trial.batch, trial.batch_sizes = BatchInfo(4096, [("float32", [31, 32])], 31), BatchSizes(30.7, 2, 212, True)
+    data = result.to_dict()
+    assert data["batch_sizes"]["varying"]
+    assert_valid(data, "scan")
 
 
 def test_the_schemas_ship_with_the_package():
@@ -375,8 +387,9 @@ def parse(line):
     typer.main.get_command(app).commands[name].make_context(name, rest)
 
 
-def test_workflow_commands_parse_and_it_installs_loadtune_not_the_pypi_namesake():
-    text = WORKFLOW.read_text()
+@pytest.mark.parametrize("workflow", [WORKFLOW, STORED_WORKFLOW], ids=lambda p: p.name)
+def test_workflow_commands_parse_and_it_installs_loadtune_not_the_pypi_namesake(workflow):
+    text = workflow.read_text()
     commands = loadtune_commands(text) + loadtune_commands((ROOT / "docs" / "ci.md").read_text())
     assert any(c.startswith("loadtune check") for c in commands) and any(c.startswith("loadtune scan") for c in commands)
     for line in commands:
@@ -385,7 +398,11 @@ def test_workflow_commands_parse_and_it_installs_loadtune_not_the_pypi_namesake(
         parse("loadtune check --no-such-flag")
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     assert "pip install" in code and not re.search(r"pip install\s+['\"]?loadtune\b(?!-)", code)  # the namesake on PyPI
-    assert "mikepenz/action-junit-report@" in text and "actions/cache/restore@" in text and "actions/cache/save@" in text
+    assert "mikepenz/action-junit-report@" in text
+    if workflow == WORKFLOW:  # the simple form: both revisions in the same job, nothing kept between runs
+        assert "fetch-depth: 0" in text and "--against" in text and "actions/cache" not in text
+    else:
+        assert "actions/cache/restore@" in text and "actions/cache/save@" in text
     yaml = pytest.importorskip("yaml")
     flow = yaml.safe_load(text)
     steps = next(iter(flow["jobs"].values()))["steps"]

@@ -271,3 +271,13 @@ def test_scan_quiet_prints_only_the_recommendation(tmp_path):
     assert "Recommendation" in proc.stdout and "loader = DataLoader(" in proc.stdout and "num_workers=0" in proc.stdout
     assert "fastest first" not in proc.stdout and "samples/s ┃" not in proc.stdout  # no table
     assert "loadtune: trial" not in proc.stderr  # and no progress, not even the log's line per trial
+
+
+def test_numpy_is_installed_with_loadtune_so_torch_imports_without_a_warning():
+    """Without numpy, torch warns "Failed to initialize NumPy" in every process that imports it: the
+    quick start's first screen, on a fresh clone, would carry it."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    pyproject = tomllib.loads((SPECS.parent.parent / "pyproject.toml").read_text())
+    assert any(dep.startswith("numpy") for dep in pyproject["project"]["dependencies"])
+    done = subprocess.run([sys.executable, "-W", "default", "-c", "import torch"], capture_output=True, text=True)
+    assert "NumPy" not in done.stderr

@@ -227,3 +227,43 @@ def test_resume_drops_the_rows_that_said_where_the_last_run_stopped(tmp_path):
     resume_from(plan, out)
     assert not any("budget" in s.why for s in plan.result.skipped)
     assert plan.result.calibration  # what was measured is kept
+
+
+# ---------------------------------------------------------------- start methods and pickles
+
+
+def refuse_to_rebuild():
+    raise RuntimeError("this object cannot be rebuilt in another process")
+
+
+class Unbuildable(list):
+    """Pickles in the scan's process, fails to unpickle in the trial's."""
+
+    def __reduce__(self):
+        return refuse_to_rebuild, ()
+
+
+@pytest.mark.slow
+def test_an_in_memory_dataset_runs_forkserver_workers_in_a_forked_trial():
+    """A forked trial inherits the record of the scan's fork server; its forkserver workers must start one of their own."""
+    from loadtune.engine.spec import from_objects
+
+    run_trial(SpecRef(str(SPECS / "tiny.py")), quick_request(TrialConfig(8, 0)))  # the scan's fork server is up
+    trial = run_trial(from_objects(list(range(64))), quick_request(TrialConfig(8, 1, prefetch_factor=2, start_method="forkserver")))
+    assert trial.ok, trial.error
+
+
+@pytest.mark.slow
+def test_what_a_trial_cannot_unpickle_or_pickle_is_named_with_its_start_method():
+    from loadtune.engine.spec import from_objects
+
+    spec = from_objects(Unbuildable(range(16)))
+    spec.picklable = True  # sent to the fork server by pickle
+    trial = run_trial(spec, quick_request(TrialConfig(8, 0)))
+    assert not trial.ok and trial.error.kind == "failure"
+    assert "could not unpickle the dataset Unbuildable for a trial process started with 'forkserver'" in trial.error.message
+    assert "this object cannot be rebuilt in another process" in trial.error.message
+    spec = from_objects(list(range(16)), collate_fn=lambda batch: batch)
+    spec.picklable = True
+    trial = run_trial(spec, quick_request(TrialConfig(8, 0)))
+    assert "could not pickle the dataset list for a trial process started with 'forkserver'" in trial.error.message

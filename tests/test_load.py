@@ -13,10 +13,12 @@ from rich.console import Console
 from conftest import FIXTURES, SPECS, fake_trial, machine_info, quick_request
 from loadtune.analysis.load import disturbed, load_summary, quieter, resolution_s, sampling_s
 from loadtune.engine import scan as scan_mod
+from loadtune.engine.distributed.agent import with_ranks
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.load import Proc, cpu_ticks, descendants, proc_table, quota_usage_file, read_usage
 from loadtune.engine.trial.measure import Timing
+from loadtune.engine.trial.protocol import RankSetup
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import LoadReading, ScanResult, Trial
 from loadtune.report.check import print_check
@@ -261,12 +263,13 @@ def test_check_says_which_of_its_trials_ran_under_load():
 LOAD_TIMING = Timing(warmup_s=0.1, block_s=0.3, blocks=4, min_blocks=4, max_s=40)
 
 
-def measured_load(busy: int) -> LoadReading:
-    """One short trial of the tiny dataset (the main process only), with ``busy`` busy loops running."""
+def measured_load(busy: int, ranks: RankSetup | None = None) -> LoadReading:
+    """One short trial of the tiny dataset (the main process only; with ``ranks``, one per rank), with
+    ``busy`` busy loops running."""
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     try:
         time.sleep(0.3 if busy else 0)  # the interpreters are up and spinning
-        trial = run_trial(SpecRef(str(SPECS / "tiny.py")), quick_request(TrialConfig(32, 0), LOAD_TIMING))
+        trial = run_trial(SpecRef(str(SPECS / "tiny.py")), with_ranks(quick_request(TrialConfig(32, 0), LOAD_TIMING), ranks))
     finally:
         for proc in spinners:
             proc.kill()
@@ -287,3 +290,43 @@ def test_a_busy_loop_beside_a_trial_marks_it_disturbed_and_a_quiet_trial_reads_l
         if loaded_reading.outside_cores - quiet.outside_cores > 0.6 * busy:
             return
     raise AssertionError(f"busy loops added no load beside {quiet} to {loaded_reading}")
+
+
+@pytest.mark.slow
+def test_two_ranks_count_each_other_as_the_scans_own_and_a_busy_loop_as_outside_load():
+    """Two gloo ranks on the node: read above both, each rank's CPU is the trial's own, so a quiet trial
+    reads little outside load though its ranks compete for the cores, and a busy loop beside it reads
+    as outside load."""
+    ranks = RankSetup(nproc_per_node=2, window_s=1.2)
+    for _ in range(3):  # another job filling the machine leaves no room to see ours: measure the pair again
+        quiet, loaded = measured_load(0, ranks), measured_load(1, ranks)
+        assert quiet.window_s >= 1.0 and quiet.own_s > 0.5 * quiet.window_s  # the ranks' CPU (and their agent's)
+        assert disturbed(loaded, 0.02), loaded
+        if loaded.outside_cores - quiet.outside_cores > 0.6:  # most of a core: the busy loop, not the other rank
+            return
+    raise AssertionError(f"the busy loop added no load beside {quiet} to {loaded}")
+
+
+def test_the_ranks_load_is_read_from_the_last_rank_past_warm_up_to_the_last_at_the_windows_end():
+    """The agent reads the load above every rank of the node, over the window they share."""
+    from loadtune.engine.distributed.agent import Relay
+    from loadtune.engine.trial.protocol import Kind, Message
+
+    class Meter:
+        calls: list = []
+
+        def start(self):
+            self.calls.append("start")
+
+        def stop(self):
+            self.calls.append("stop")
+            return reading(0.1)
+
+    sent = []
+    relay = Relay([None, None], SimpleNamespace(send=sent.append), RankSetup(nproc_per_node=2), load=Meter())
+    steps = [(0, "start", []), (1, "start", []), (0, "warmup", []), (1, "warmup", ["start"]), (0, "window", ["start"]),
+             (1, "window", ["start", "stop"])]
+    for rank, barrier, calls in steps:
+        relay.handle(rank, Message(Kind.BARRIER, barrier))
+        assert Meter.calls == calls, (rank, barrier)
+    assert [(m.kind, m.rank) for m in sent] == [(Kind.LOAD, None)]  # the trial's own reading, no rank's

@@ -74,6 +74,29 @@ def test_a_stream_that_batches_itself_needs_its_batch_size_declared(tmp_path):
     assert any(s.what == "batch_size" and "as declared" in s.why for s in plan.result.skipped)
 
 
+def test_a_batch_sampler_without_a_batch_size_is_read_for_its_mean(tmp_path):
+    """Batches cut to a token budget have no one size: the plan reads the mean off the sampler's
+    indices (no sample loaded), and needs no number from the user."""
+    path = tmp_path / "budget.py"
+    path.write_text(textwrap.dedent("""
+        from torch.utils.data import DataLoader
+
+        class Budget:
+            def __iter__(self):
+                return iter([[0, 1, 2, 3, 4, 5], [6, 7], [8, 9, 10, 11]])
+
+            def __len__(self):
+                return 3
+
+        def loader(**knobs):
+            return DataLoader(list(range(12)), batch_sampler=Budget(), **knobs)
+        """))
+    plan = prepare(str(path), workers=[0])
+    assert plan.options.batch_size == [4]
+    skip = next(s for s in plan.result.skipped if s.what == "batch_size")
+    assert skip.why == "set by loader(**knobs) (4 per batch, on average, read off its batch_sampler): not searched"
+
+
 def test_loader_kwargs_from_python():
     from torch.utils.data import SubsetRandomSampler
 
@@ -89,8 +112,8 @@ def test_loader_kwargs_from_python():
 @pytest.mark.slow
 def test_scan_with_the_specs_batch_sampler_worker_init_fn_and_current(tmp_path):
     """One CLI scan: the spec's batch_sampler batches (samples counted from its batches of 3 and 2, not
-    from the 4 it claims), its worker_init_fn runs in every worker (else every sample fails), and
-    --current is measured, marked and the gain stated over it."""
+    from the 4 it claims, and labelled by their mean), its worker_init_fn runs in every worker (else
+    every sample fails), and --current is measured, marked and the gain stated over it."""
     out = tmp_path / "scan.json"
     proc = run_cli("scan", SPECS / "bucketed.py", "--workers", "0,1", "--current", "num_workers=2", "--no-diagnose",
                    "--reference-rounds", "0", "--json", out, *QUICK)
@@ -103,7 +126,10 @@ def test_scan_with_the_specs_batch_sampler_worker_init_fn_and_current(tmp_path):
     for t in trials:  # whole epochs of 50 samples in 20 batches
         assert sum(b["samples"] for b in t["blocks"]) / sum(b["batches"] for b in t["blocks"]) == pytest.approx(2.5)
     text = flat(proc.stdout)
-    assert f"{mine.label()} current" in text and "batch_size skipped: set by the spec's batch_sampler" in text
+    assert f"{mine.label('~2.5')} current" in text and "batch_size skipped: set by the spec's batch_sampler" in text
+    assert saved["batch_sizes"] == {"mean": 2.5, "smallest": 2, "largest": 3, "varying": True}
+    assert "bs~2.5: the loader's own batches, of varying size: 2.5 samples on average over the batches timed (2–3)" in text
+    assert "set batch_size" not in text  # batches that vary by design are no mismatch
     assert "your current settings" in text and "**loader_kwargs(), # your batch_sampler, worker_init_fn" in text
 
 
@@ -155,3 +181,24 @@ def test_torchvision_imagefolder_example():
     trial = run_trial(SpecRef(str(examples / "imagefolder.py")), quick_request(TrialConfig(16, 1, prefetch_factor=2)))
     assert trial.ok, trial.error
     assert trial.batch.tensors[0][1] == [16, 3, 64, 64]
+
+
+@pytest.mark.slow
+def test_token_budget_example_scans_end_to_end(tmp_path):
+    """examples/bucketed.py:token_budget, batches cut to a token budget: no batch size given, the configs
+    labelled by the mean of the batches timed, the range saved, no mismatch warned of."""
+    examples = SPECS.parent.parent / "examples"
+    out = tmp_path / "scan.json"
+    proc = run_cli("scan", f"{examples / 'bucketed.py'}:token_budget", "--workers", "0,1", "--prefetch", "2",
+                   "--no-persistent", "--no-diagnose", "--json", out, *QUICK)
+    assert proc.returncode == 0, proc.stderr
+    saved = json.loads(out.read_text())
+    sizes = saved["batch_sizes"]
+    assert sizes["varying"] and sizes["smallest"] < sizes["mean"] < sizes["largest"]
+    for t in (t for t in saved["trials"] if t["status"] == "ok"):
+        assert t["batch_sizes"]["varying"] and t["config"]["batch_size"] == 31  # the sampler's mean, read before the scan
+        assert sum(b["samples"] for b in t["blocks"]) / sum(b["batches"] for b in t["blocks"]) == pytest.approx(t["batch_sizes"]["mean"])
+    label = f"bs~{sizes['mean']:.0f}"
+    text = flat(proc.stdout)
+    assert f"w0 {label}" in text and f"{label}: the loader's own batches, of varying size" in text
+    assert "set batch_size" not in text and "batches by itself" not in text

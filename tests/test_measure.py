@@ -6,7 +6,8 @@ import pytest
 import torch
 from conftest import SPECS
 
-from loadtune.engine.trial.measure import Drained, LoaderOptions, Meter, SampleCounter, Timing, make_consumer, make_loader, measure, ready_batches
+from loadtune.engine.trial.measure import (Drained, LoaderOptions, Meter, SampleCounter, SizeTally, Timing, make_consumer, make_loader,
+                                           measure, ready_batches)
 from loadtune.model.config import TrialConfig
 from loadtune.engine.spec import from_objects, load_spec
 
@@ -189,3 +190,19 @@ def test_a_backlog_that_does_not_shrink_ends_the_warmup_early():
     meter.phase(0.001, 1, settled=Drained(meter, 2, max_s=30.0))
     assert ready_batches(meter.iterator) > 1  # still full: it did not end by draining
     assert time.perf_counter() - start < 20.0  # ended on the stalled backlog (under a second when idle), not the 30 s cap
+
+
+def test_batch_sizes_vary_only_beyond_each_epochs_short_last_batch():
+    def tally(*epochs):
+        t = SizeTally()
+        for epoch in epochs:
+            for n in epoch:
+                t.add(n)
+            t.end_epoch()
+        return t.result()
+
+    fixed = tally([32, 32, 8], [32, 32, 8])  # one size, and a short last batch per epoch
+    assert not fixed.varying and (fixed.smallest, fixed.largest) == (8, 32) and fixed.mean == pytest.approx(24)
+    assert tally([16, 48, 31], [48, 16, 31]).varying  # a token budget: sizes vary inside an epoch
+    assert tally([8, 8, 12]).varying  # a last batch larger than the others is no short last batch
+    assert SizeTally().result() is None

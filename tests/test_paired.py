@@ -6,17 +6,19 @@ import math
 from dataclasses import replace
 
 import pytest
-from conftest import SPECS, quick_request
+from conftest import FIXTURES, SPECS, quick_request
 
 from loadtune.engine import reference as reference_mod
+from loadtune.engine.calibration import shape_for, shaped_spec
 from loadtune.engine.reference import PairedEntry, paired_round, round_of
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.paired import pairs_for
 from loadtune.engine.trial.protocol import Kind
 from loadtune.engine.trial.harness import run_trial
+from loadtune.model.batch import BatchInfo, BatchSizes
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CalibrationShape, PairedRound, turn_order
-from loadtune.model.results import Block, Trial
+from loadtune.model.results import Block, ScanResult, Trial
 from loadtune.engine.trial.measure import Timing
 
 CONFIG_W2, DEFAULTS_W0 = TrialConfig(32, 2), TrialConfig(32, 0)
@@ -139,3 +141,19 @@ def test_paired_round_runs_one_process_per_round():
     request = quick_request(TrialConfig(batch_size=16, num_workers=1), timing)
     got, trials = paired_round(SpecRef(str(SPECS / "tiny.py")), SHAPE, None, request, index=1)
     assert len(trials) == 1 and got.pairs == 2 and got.config_first is False and got.ratio > 0
+
+
+def test_batches_of_varying_size_shape_a_calibration_that_batches_their_mean():
+    """check's calibration of a loader whose batches vary: per-sample values from the first batch's own
+    count, and batches of the measured mean, whatever number keyed the config."""
+    result = ScanResult.load(FIXTURES / "tiny_scan.json")
+    result.stages = None
+    trial = result.ok_trials[0]
+    trial.cpu_s, trial.batch = 0.5, BatchInfo(48 * 4 * 10, [("float32", [48, 10])], 48)  # a first batch of 48 samples
+    trial.batch_sizes = BatchSizes(30.7, 2, 212, True)
+    shape = shape_for(result, trial.config, 1e-6)
+    assert shape.batch_size == 31 and shape.sample_numel == 10
+    assert CalibrationShape.from_dict(shape.to_dict()) == shape
+    spec = shaped_spec(shape, 100)
+    loader = spec.build_loader(TrialConfig(trial.config.batch_size, 0).loader_kwargs())
+    assert [len(b) for b in loader] == [31, 31, 31, 7]  # the mean, not the config's batch size

@@ -7,6 +7,7 @@ import json
 import os
 
 import pytest
+from conftest import FIXTURES
 
 from loadtune.engine import machine
 from loadtune.model.config import Skip, TrialConfig
@@ -239,7 +240,7 @@ def test_load_wrong_schema_version(tmp_path, machine_info, version):
     [
         lambda d: d.pop("trials"),
         lambda d: d["trials"][0].pop("config"),
-        lambda d: d["trials"][0]["config"].update(colour="blue"),
+        lambda d: d["trials"][0]["config"].pop("num_workers"),  # a key it does not know is ignored, a missing one is not
         lambda d: d.update(spec="not a dict"),
         lambda d: d["trials"].append(7),
         lambda d: d["machine"].pop("usable_cores"),
@@ -309,3 +310,81 @@ def test_trial_ok_and_estimate():
     assert not Trial(config=TrialConfig(8, 0), status="ok").ok
     f = Trial(config=TrialConfig(8, 0), status="failed", blocks=[Block(100, 1, 1.0)])
     assert not f.ok and f.estimate is None
+
+
+# ---------------------------------------------------------------- readers ignore keys they do not know
+
+
+def with_extra_keys(value):
+    """``value`` (JSON) with a key no loadtune writes added to every object, at every level."""
+    if isinstance(value, dict):
+        return {**{k: with_extra_keys(v) for k, v in value.items()}, "added_by_a_newer_loadtune": [1, {"x": 2}]}
+    if isinstance(value, list):
+        return [with_extra_keys(v) for v in value]
+    return value
+
+
+def without_extra_keys(value):
+    if isinstance(value, dict):
+        return {k: without_extra_keys(v) for k, v in value.items() if k != "added_by_a_newer_loadtune"}
+    if isinstance(value, list):
+        return [without_extra_keys(v) for v in value]
+    return value
+
+
+def everything_saved() -> ScanResult:
+    """A result with every kind of object a scan file holds: GPUs, ranks, load, stages, a reference, a step."""
+    from loadtune.model.batch import BatchInfo, BatchSizes
+    from loadtune.model.machine import GPUInfo
+    from loadtune.model.paired import CalibrationShape, PairedReference, PairedRound
+    from loadtune.model.results import GPUUsage, LoadReading, RankFigures, StageCost, StageCosts, TrialError
+
+    result = ScanResult.load(FIXTURES / "tiny_scan.json")
+    result.machine.gpus = [GPUInfo(0, "H100", 80 * 2**30)]
+    result.settings.step = {"ms": 5.0, "device_type": "cpu", "size": 64, "iterations": 3, "calibrated_ms": 5.1}
+    trial = result.trials[0]
+    trial.gpu = GPUUsage(1, 2, 3, utilisation=[(0.5, 40)])
+    trial.batch, trial.batch_sizes = BatchInfo(4096, [("float32", [31, 32])], 31), BatchSizes(30.7, 2, 212, True)
+    trial.load = LoadReading(2.0, 2, 2.0, 1.0, [1.0, 1.0], 2.0, 0.01, 2, 0.001)
+    trial.ranks = [RankFigures(0, 0, 0.1, Block(8, 1, 0.1), [Block(8, 1, 0.1)], 10, GPUUsage(1, 2))]
+    result.trials.append(fake_failed(trial.config, TrialError("exception", "bad record", "ValueError", index=3)))
+    cost = StageCost([0.1, 0.1], [10, 10])
+    result.stages = StageCosts(32, "cpu", cost, cost, cost, consumer=cost)
+    shape = CalibrationShape(10, 0.0, 64, 1e-6, "trial CPU", 3, 31)
+    result.reference = PairedReference(trial.config, shape, [PairedRound(100.0, 90.0, True, 3, 1.1)], "2026-01-01T00:00:00+00:00",
+                                       result.machine, trial.config)
+    return result
+
+
+def fake_failed(config, error):
+    from loadtune.model.results import Trial
+
+    return Trial(config, "failed", error=error)
+
+
+def test_a_file_with_keys_of_a_newer_loadtune_at_every_level_reads_as_without_them():
+    """The schema promises tolerant readers: every object read back from JSON ignores keys it does not know."""
+    data = everything_saved().to_dict()
+    extra = with_extra_keys(json.loads(json.dumps(data)))
+    assert extra["reference"]["rounds"][0]["added_by_a_newer_loadtune"]  # the keys are there, at every level
+    read = ScanResult.from_dict(extra)
+    assert without_extra_keys(read.to_dict()) == without_extra_keys(ScanResult.from_dict(data).to_dict())
+    assert read.reference.rounds[0].block_ratio == 1.1 and read.trials[0].batch_sizes.mean == 30.7
+
+
+def test_varying_batches_label_every_config_by_the_mean_of_the_batches_timed():
+    from loadtune.model.batch import BatchSizes
+
+    result = ScanResult.load(FIXTURES / "tiny_scan.json")
+    config = result.trials[0].config
+    assert result.varying_batches is None and result.label(config) == config.label()
+    for t, sizes in zip(result.ok_trials[:2], (BatchSizes(20.0, 16, 48, True), BatchSizes(40.0, 16, 40, False))):
+        t.batch_sizes = sizes
+    batches = [sum(b.batches for b in t.blocks) for t in result.ok_trials[:2]]
+    pooled = result.varying_batches
+    assert pooled.mean == pytest.approx((20 * batches[0] + 40 * batches[1]) / sum(batches))  # over every batch timed
+    assert (pooled.smallest, pooled.largest, pooled.varying) == (16, 48, True)
+    assert result.label(config).endswith(f"bs{pooled.label}") and pooled.label.startswith("~")
+    saved = result.to_dict()["batch_sizes"]
+    assert saved == {"mean": pooled.mean, "smallest": 16, "largest": 48, "varying": True}
+    assert BatchSizes(7.25, 2, 9, True).label == "~7.2" and BatchSizes(30.7, 2, 212, True).label == "~31"

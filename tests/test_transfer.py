@@ -124,7 +124,7 @@ def test_bytes_and_shapes_of_a_batch():
     info = batch_info(batch)
     assert info.nbytes == nbytes_of(batch)
     assert info.tensors[0] == ("float32", [2, 3])
-    assert BatchInfo.from_dict({"nbytes": info.nbytes, "tensors": [list(t) for t in info.tensors]}) == info
+    assert BatchInfo.from_dict({"nbytes": info.nbytes, "tensors": [list(t) for t in info.tensors], "samples": info.samples}) == info
 
 
 # --- every structure DataLoader's pin_memory handles, plus dataclasses and objects with .to() ------------

@@ -16,6 +16,8 @@ from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig, transfer_cost
 from loadtune.model.results import ConfigResult, Recommendation, ScanResult, Trial, by_config
 from loadtune.model.settings import NOISE_FLOOR
 from loadtune.analysis.noise import clearly_faster, gain, run_noise
+from loadtune.analysis.race import LEADER, SLOWER, TIED, RaceVerdict, close, race_ratio
+from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.stats import indistinguishable
 
 MEMORY_GRAIN = 16 * 2**20  # memory differences below this are noise of the sampling, not cost
@@ -86,6 +88,11 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory:
     pick when they are among the contenders: nothing beats them beyond the noise."""
     configs = by_config(trials)
     excluded = over_limit(configs, max_memory)
+    raced = race_verdict(trials, noise_floor)
+    if raced is not None and len(raced.standings) >= 2:
+        picked = race_pick(trials, configs, raced, excluded, max_memory, current, noise_floor)
+        if picked is not None:
+            return picked
     tied = contenders([c for c in configs if c not in excluded], noise_floor)
     if not tied:
         return None
@@ -109,6 +116,55 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory:
         max_memory=max_memory,
         speedup_rounds=speed.rounds if speed else 0,
     )
+
+
+def race_pick(trials: list[Trial], configs: list[ConfigResult], raced: RaceVerdict, excluded: list[ConfigResult],
+              max_memory: int | None, current: str | None, floor: float) -> Recommendation | None:
+    """The pick when the contenders were raced: the cheapest of the leader and the configs tied with it
+    side by side, or close to it once the race has ended (``analysis.race.close``); the user's current
+    settings when they are among them. The gain over the baseline comes from the race where it raced
+    too. None when every such config is over the memory limit."""
+    by = {c.config: c for c in configs}
+    out = {c.config for c in excluded}
+    tied = [by[s.config] for s in raced.standings
+            if (s.status in (LEADER, TIED) or close(s, floor)) and s.config not in out]
+    if not tied:
+        return None
+    tied.sort(key=cost)
+    pick = tied[0]
+    mine = baseline_for(configs, pick.config.batch_size, current) if current else None
+    if mine in tied:
+        pick = mine
+    base = baseline_for(configs, pick.config.batch_size, current)
+    paired = race_ratio(trials, pick.config, base.config) if base and base is not pick else None
+    speed = None if paired or not base else gain(pick, base, run_noise(configs))
+    reason = keep_reason(pick, tied) if pick is mine else race_reason(pick, raced, tied)
+    return Recommendation(
+        config=pick.config, best=raced.leader, tied=[t.config for t in tied], baseline=base.config if base else None,
+        speedup=paired.value if paired else (speed.ratio.value if speed else None),
+        speedup_low=paired.low if paired else (speed.ratio.low if speed else None),
+        speedup_high=paired.high if paired else (speed.ratio.high if speed and math.isfinite(speed.ratio.high) else None),
+        reason=reason + excluded_reason(excluded, max_memory), excluded=[c.config for c in excluded], max_memory=max_memory,
+        speedup_rounds=speed.rounds if speed else 0,
+        speedup_pairs=paired.pairs if paired else 0,
+    )
+
+
+def race_reason(pick: ConfigResult, raced: RaceVerdict, tied: list[ConfigResult]) -> str:
+    """Why the race's pick: ahead of every other side by side, or tied with the leader and cheaper."""
+    slower = [s for s in raced.standings if s.status == SLOWER]
+    if pick.config == raced.leader:
+        beaten = ", ".join(f"{s.config.label()} {s.ratio.value:.2f}×" for s in slower)
+        lead = "fastest in the race, side by side"
+        return lead + (f"; slower beyond the noise: {beaten}" if beaten else "") + (
+            f"; {len(tied) - 1} config{'s' if len(tied) != 2 else ''} tied with it cost more" if len(tied) > 1 else "")
+    mine = raced.standing(pick.config)
+    r = mine.ratio if mine else None
+    within = f" ({r.text()})" if r else ""
+    how = ("slower by no more than the noise floor with 95% confidence" if mine and mine.status == TIED else
+           "within the noise floor of it as measured, and no test told them apart")
+    return (f"side by side with the fastest in the race ({raced.leader.label()}){within}: {how}; the cheapest of "
+            "those (fewest workers, then least memory, then no pinning)")
 
 
 def keep_reason(mine: ConfigResult, tied: list[ConfigResult]) -> str:

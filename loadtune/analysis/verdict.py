@@ -139,9 +139,15 @@ def chance_to_decide(baseline: list[float], now: list[float], tolerance: float, 
         return 0.0
     var = statistics.variance(now)
     half = welch_half(statistics.variance(baseline), n0, var, rounds_at_end)  # the final interval's, at today's spread
+    return settling_chance(statistics.fmean(now) - statistics.fmean(baseline), half, var, n, rounds_at_end, tolerance)
+
+
+def settling_chance(d: float, half: float, var: float, n: int, rounds_at_end: int, tolerance: float) -> float:
+    """The chance that the log change, ``d`` today from ``n`` rounds of variance ``var``, ends ``rounds_at_end``
+    rounds later with an interval of half-width ``half`` wholly on one side of ``-tolerance`` (see
+    ``chance_to_decide``; ``check --against`` has no baseline session, only its own rounds)."""
     spread = math.sqrt(var * (rounds_at_end - n) / (rounds_at_end * n)) * t975(n - 1) / 1.96
     bound = math.log(1 - tolerance)
-    d = statistics.fmean(now) - statistics.fmean(baseline)
     if spread == 0:
         return float(abs(d - bound) > half)
     return normal_cdf((d - bound - half) / spread) + normal_cdf((bound - half - d) / spread)
@@ -173,12 +179,18 @@ def next_step(
         return status, True, None
     if len(rounds) < MIN_FUTILITY_ROUNDS:
         return status, False, None
-    chance = chance_to_decide(log_ratios(baseline), log_ratios(rounds), tolerance, rounds_at_end)
+    early = futility(chance_to_decide(log_ratios(baseline), log_ratios(rounds), tolerance, rounds_at_end), len(rounds),
+                     rounds_at_end)
+    return status, early is not None, early
+
+
+def futility(chance: float | None, done: int, rounds_at_end: int) -> str | None:
+    """Why an undecided check stops before its budget: the budget's rounds would settle it with a chance
+    under ``FUTILITY``; None: measure on."""
     if chance is None or chance >= FUTILITY:
-        return status, False, None
-    return status, True, (f"stopped after {len(rounds)} rounds: measured up to the budget ({rounds_at_end} rounds), the "
-                          f"check would settle it with a chance of {chance:.1%} (under {FUTILITY:.0%}), predicted from "
-                          "the rounds so far")
+        return None
+    return (f"stopped after {done} rounds: measured up to the budget ({rounds_at_end} rounds), the check would settle "
+            f"it with a chance of {chance:.1%} (under {FUTILITY:.0%}), predicted from the rounds so far")
 
 
 def machine_change(baseline: list[PairedRound], now: list[PairedRound]) -> Change | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from loadtune.analysis.footprint import memory_limit, over_limit
+from loadtune.analysis.race import race_order
 from loadtune.model.config import Skip, TrialConfig, parse_int_list
 from loadtune.model.results import ConfigResult, ScanResult
 
@@ -62,11 +63,12 @@ def config_status(config: ConfigResult) -> str:
 
 
 def rows(result: ScanResult) -> list[Row]:
-    """Every row in the table's default order: measured configs fastest first, then the others in
-    run order, then what was skipped."""
+    """Every row in the table's default order: measured configs fastest first (the raced ones first,
+    as the race ranks them side by side), then the others in run order, then what was skipped."""
     configs = result.configs
     excluded = {c.config for c in over_limit(configs, memory_limit(result))}  # --max-memory
-    ok = sorted((c for c in configs if c.ok), key=lambda c: -c.estimate.median)
+    raced = {c: i for i, c in enumerate(race_order(result.trials, result.settings.options.noise_floor))}
+    ok = sorted((c for c in configs if c.ok), key=lambda c: (raced.get(c.config, len(raced)), -c.estimate.median))
     out = [Row("excluded" if c.config in excluded else "ok", c, rank=i) for i, c in enumerate(ok, 1)]
     out += [Row(config_status(c), c) for c in configs if not c.ok]
     out += [Row("skipped", skip=s) for s in result.skipped]

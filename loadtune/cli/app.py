@@ -34,7 +34,10 @@ from loadtune.engine.check import (
 )
 from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS
 from loadtune.analysis.compare import compare, select_diffs
-from loadtune.model.config import PlanError, TrialConfig, parse_int_list
+from loadtune.model.config import PlanError, TrialConfig, parse_int_list, parse_knobs
+from loadtune.model.check import CheckResult
+from loadtune.engine.against import Base, check_against
+from loadtune.engine.revision import RevisionError
 from loadtune.cli.project import ProjectError, project_defaults
 from loadtune.report.progress import AnswerOnly, CheckProgress, scan_progress
 from loadtune.version import __version__
@@ -98,7 +101,7 @@ def missing(what: str, key: str):
 
 
 USER_ERRORS = (SpecError, OptionsError, PlanError, ResultError, ProjectError, BaselineError, ViewError, plot_mod.PlotError,
-               distributed.DistributedError)
+               distributed.DistributedError, RevisionError)
 FORMATS = ("table", "json")
 
 
@@ -157,7 +160,10 @@ def scan(
                                                                             "platform's)"),
     grid: bool = typer.Option(False, "--grid", help="measure every combination instead of the adaptive search"),
     budget: Optional[float] = typer.Option(None, help="seconds for the whole scan; no trial starts past it (default: none)"),
-    confirm: Optional[int] = typer.Option(None, help="rounds re-measuring the contenders side by side (default: 1)"),
+    confirm: Optional[int] = typer.Option(
+        None, help="rounds re-measuring the contenders side by side with several ranks; 0: none, and no race (default: 1)"),
+    race_legs: Optional[int] = typer.Option(
+        None, "--race-legs", help="the race's legs at most (contenders timed side by side, a fresh process each); 0: no race (default: 3)"),
     timeout: Optional[float] = typer.Option(None, help="hard limit per trial in seconds (default: 120)"),
     seed: Optional[int] = typer.Option(None, help="seed of the trial order and of shuffling (default: 0)"),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help="do not recommend configs whose measured peak host memory exceeds this, "
@@ -193,7 +199,7 @@ def scan(
         transfer=transfer.split(",") if transfer else None, step_ms=step_ms, shuffle=shuffle, drop_last=drop_last,
         warmup=warmup, block_time=block_time, blocks=blocks, min_blocks=min_blocks, target_spread=target_spread,
         allow_reorder=allow_reorder or None, start_method=start_method.split(",") if start_method else None,
-        search="grid" if grid else None, budget=budget, confirm=confirm, timeout=timeout, seed=seed,
+        search="grid" if grid else None, budget=budget, confirm=confirm, race_legs=race_legs, timeout=timeout, seed=seed,
         nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
         max_memory=max_memory, diagnose=diagnose, reference_rounds=reference_rounds, current=current,
     )
@@ -338,8 +344,15 @@ def check(
                                                  "$GITHUB_STEP_SUMMARY (GitHub's job summary), else replaced"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the full check result here"),
     format_: str = typer.Option("table", "--format", help="table, or json: the check result on stdout (for a pipe), nothing else there"),
+    against: Optional[str] = typer.Option(None, "--against", help="a git revision (origin/main, a SHA): time the work tree's data code "
+                                          "in turns with that revision's, here and now; no baseline needed"),
+    against_dir: Optional[Path] = typer.Option(None, "--against-dir", help="an existing checkout of the base: time the work tree's "
+                                               "data code in turns with the code there"),
+    config_knobs: Optional[str] = typer.Option(None, "--config", help="with --against: the loader both sides run, e.g. num_workers=4,"
+                                               "batch_size=64 (default: --baseline's pick, else [tool.loadtune] current, else PyTorch's defaults)"),
 ) -> None:
-    """Re-measure the baseline's recommended config; exit 1 when loading got slower beyond tolerance and noise."""
+    """Re-measure the baseline's recommended config (or time the work tree against another revision: --against);
+    exit 1 when loading got slower beyond tolerance and noise."""
     as_json = checked_outputs(format_, None)
     console = Console(stderr=as_json)  # under --format json, stdout holds the JSON alone
     progress = CheckProgress(console)
@@ -352,18 +365,23 @@ def check(
         for path in (junit_xml, markdown_path, json_path):
             if path is not None:
                 check_writable(path)
-        saved = ScanResult.load(baseline_path)
-        config = explicit_config(saved, workers=workers, batch_size=batch_size, prefetch=prefetch, pin=pin, persistent=persistent)
-        if record_:
-            refuse_reports_when_recording(as_json, junit_xml, markdown_path, json_path)
-            run_record(console, progress, spec, saved, baseline_path, config, rounds or REFERENCE_ROUNDS)
-            return
-        rounds = rounds or 3
         if budget <= 0:
             raise OptionsError(f"--budget must be a positive number of seconds, got {budget:g}")
-        if saved.reference is not None:
-            progress.starting(config or saved.reference.config, rounds, budget, saved.reference.defaults is not None)
-        outcome = run_check(spec, saved, config, tol, floor, rounds, budget, on_round=progress.round_finished)
+        if against is not None or against_dir is not None or config_knobs is not None:
+            knobs = knob_flags(config_knobs, num_workers=workers, batch_size=batch_size, prefetch_factor=prefetch, pin_memory=pin,
+                               persistent_workers=persistent)
+            outcome = run_against(progress, spec, project, record_, Base(against, against_dir), baseline, knobs, tol, floor,
+                                  rounds or 3, budget)
+        else:
+            saved = ScanResult.load(baseline_path)
+            config = explicit_config(saved, workers=workers, batch_size=batch_size, prefetch=prefetch, pin=pin, persistent=persistent)
+            if record_:
+                refuse_reports_when_recording(as_json, junit_xml, markdown_path, json_path)
+                run_record(console, progress, spec, saved, baseline_path, config, rounds or REFERENCE_ROUNDS)
+                return
+            if saved.reference is not None:
+                progress.starting(config or saved.reference.config, rounds or 3, budget, saved.reference.defaults is not None)
+            outcome = run_check(spec, saved, config, tol, floor, rounds or 3, budget, on_round=progress.round_finished)
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
@@ -371,6 +389,25 @@ def check(
     print_check(console, outcome, rounds=False)
     write_check_reports(outcome, as_json, junit_xml, markdown_path, json_path)
     raise typer.Exit(CHECK_EXIT_CODES.get(outcome.status, 0))
+
+
+def knob_flags(config: Optional[str], **flags) -> dict:
+    """``--config`` knobs with the knob flags over them (``model.config.parse_knobs``' names)."""
+    knobs = parse_knobs(config, "--config") if config is not None else {}
+    return knobs | {name: value for name, value in flags.items() if value is not None}
+
+
+def run_against(progress: CheckProgress, spec: str, project: dict, record_: bool, base: Base, baseline: Optional[Path],
+                knobs: dict, tolerance: float, floor: Optional[float], rounds: int, budget: float) -> CheckResult:
+    """``check --against``: the work tree and the base timed in turns, round by round; the baseline scan only
+    for its pick (when --baseline is given), the scan options of ``[tool.loadtune]`` for the timing."""
+    if record_:
+        raise OptionsError("--record stores a reference for checks against a baseline; --against needs none")
+    saved = ScanResult.load(baseline) if baseline is not None else None
+    options = {k: v for k, v in project.items() if k not in PROJECT_KEYS}
+    return check_against(spec, base, saved, knobs, options, tolerance, floor, rounds, budget,
+                         on_start=lambda config, against: progress.against_starting(config, against, rounds, budget),
+                         on_round=progress.duet_finished)
 
 
 def refuse_reports_when_recording(as_json: bool, *paths: Optional[Path]) -> None:
@@ -396,7 +433,7 @@ def run_record(console: Console, progress: CheckProgress, spec: str, saved: Scan
     console.print(f"{reference_line(saved)}, saved in {path}{replaced}", highlight=False, soft_wrap=True)
 
 
-CHECK_EXIT_CODES = {NOTHING: EXIT_NOTHING_MEASURED, REGRESSION: EXIT_REGRESSION, INCONCLUSIVE: EXIT_INCONCLUSIVE}
+CHECK_EXIT_CODES = {NOTHING: EXIT_NOTHING_MEASURED, REGRESSION: EXIT_REGRESSION, INCONCLUSIVE: EXIT_INCONCLUSIVE}  # NO_BASE: 0
 
 
 def write_check_reports(outcome, as_json: bool, junit_xml: Optional[Path], markdown_path: Optional[Path],

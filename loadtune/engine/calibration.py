@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import BatchSampler, Dataset, SequentialSampler
 
 from loadtune.model.config import TrialConfig
 from loadtune.engine.spec import LoadedSpec, SpecRef, from_objects
@@ -111,8 +111,12 @@ class ShapedCalibration(Dataset):
 
 def shaped_spec(shape: CalibrationShape, length: int) -> LoadedSpec:
     """The shaped calibration as an in-memory spec, with the user's dataset length (so epochs end
-    where theirs do: persistent_workers matters alike)."""
-    spec = from_objects(ShapedCalibration(shape, length))
+    where theirs do: persistent_workers matters alike). With ``shape.batch_size`` it batches by itself,
+    that many a batch (the mean of a loader's batches that vary in size), whatever the config's batch size."""
+    extras = None
+    if shape.batch_size:
+        extras = {"batch_sampler": BatchSampler(SequentialSampler(range(length)), shape.batch_size, drop_last=False)}
+    spec = from_objects(ShapedCalibration(shape, length), loader_kwargs=extras)
     spec.picklable = True  # the CLI has run torch ops by now: its thread pools must not be forked
     return spec
 
@@ -120,18 +124,21 @@ def shaped_spec(shape: CalibrationShape, length: int) -> LoadedSpec:
 def shape_for(result: ScanResult, config: TrialConfig, unit_s: float) -> CalibrationShape | None:
     """The user's per-sample costs at ``config``: from the stage profile when it was taken at the
     config's batch size (dataset CPU, waiting, collation per sample, batch bytes), else from the CPU
-    the config's own trials used per sample. None when neither was measured."""
+    the config's own trials used per sample. None when neither was measured. Batches that vary in size
+    give the calibration batches of their measured mean."""
+    varying = result.varying_batches
+    size = varying.calibration_size if varying else None
     st = result.stages
     if st is not None and not st.error and st.fetch_cpu is not None and st.batch_size == config.batch_size:
         cpu = st.fetch_cpu.mean + st.collate.mean / st.batch_size
         wait = st.fetch_wall.mean - st.fetch_cpu.mean
         wait = wait if wait > max(MIN_WAIT_S, 0.1 * cpu) else 0.0  # below that, the profile's noise, not I/O
         numel = st.batch_bytes // (4 * st.batch_size)
-        return CalibrationShape(max(1, round(cpu / unit_s)), wait, max(1, numel), unit_s, "stage profile", UNIT_READINGS)
+        return CalibrationShape(max(1, round(cpu / unit_s)), wait, max(1, numel), unit_s, "stage profile", UNIT_READINGS, size)
     measured = result.config_result(config)
     if measured is None or measured.cpu_per_sample is None:
         return None
     batch = measured.batch
-    numel = batch.nbytes // (4 * config.batch_size) if batch else 1
+    numel = batch.nbytes // (4 * (batch.samples or config.batch_size)) if batch else 1
     return CalibrationShape(max(1, round(measured.cpu_per_sample / unit_s)), 0.0, max(1, numel), unit_s, "trial CPU",
-                            UNIT_READINGS)
+                            UNIT_READINGS, size)

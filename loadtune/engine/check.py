@@ -76,12 +76,18 @@ def baseline_step(step: dict | None, device: str, source: SpecRef | None = None)
         return None
     if step["device_type"] == device.partition(":")[0]:
         return StepWorkload.from_dict(step)
+    return calibrated_step(step["ms"], device, source, "the baseline's ")
+
+
+def calibrated_step(ms: float, device: str, source: SpecRef | None, whose: str = "a ") -> StepWorkload:
+    """A synthetic step of ``ms`` milliseconds calibrated on ``device`` (CUDA: in a child, never in this
+    process, with the spec's settings)."""
     if device.startswith("cuda"):
-        got = probe_mod.run(device, step["ms"], source=source)  # in a child, never in this process; the spec's settings apply
+        got = probe_mod.run(device, ms, source=source)
         if got.workload is None:
-            raise BaselineError(f"the baseline's {step['ms']:g} ms step could not be calibrated on {device}: {got.error}")
+            raise BaselineError(f"{whose}{ms:g} ms step could not be calibrated on {device}: {got.error}")
         return got.workload
-    return calibrate(step["ms"], "cpu")
+    return calibrate(ms, "cpu")
 
 
 def run_check(

@@ -89,6 +89,25 @@ def own_batch_size(obj: Any) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
+SAMPLED_BATCHES = 10_000  # batches of indices read off a batch_sampler at most (no sample is loaded)
+
+
+def sampled_batch_mean(obj: Any) -> float | None:
+    """The mean size of the first batches of indices a loader's own ``batch_sampler`` makes: how
+    many samples its batches hold when the sampler carries no ``batch_size`` (batches cut to a token
+    budget vary by design). None without such a sampler, or when iterating it fails."""
+    inner = inner_loader(obj)
+    inner = obj if inner is None else inner  # never ``or``: see own_batch_size
+    sampler = getattr(inner, "batch_sampler", None)
+    if sampler is None:
+        return None
+    try:
+        sizes = [len(indices) for _, indices in zip(range(SAMPLED_BATCHES), sampler)]
+    except Exception:  # noqa: BLE001 - the user's sampler: whatever it raises, the scan asks for a number instead
+        return None
+    return sum(sizes) / len(sizes) if sizes and all(sizes) else None
+
+
 def ignored_knobs(obj: Any, knobs: dict) -> list[str]:
     """The knobs a built loader does not carry: ``name=given (the loader has value)`` each."""
     inner = inner_loader(obj)

@@ -70,7 +70,7 @@ def check_flags(opts: ScanOptions) -> None:
 
 
 def check_counts(opts: ScanOptions) -> None:
-    for name, low in (("seed", None), ("blocks", 1), ("min_blocks", 1), ("confirm", 0), ("reference_rounds", 0)):
+    for name, low in (("seed", None), ("blocks", 1), ("min_blocks", 1), ("confirm", 0), ("reference_rounds", 0), ("race_legs", 0)):
         value = getattr(opts, name)
         if not isinstance(value, int) or isinstance(value, bool) or (low is not None and value < low):
             raise OptionsError(f"{name} must be a whole number{f' >= {low}' if low is not None else ''}, got {value!r}")

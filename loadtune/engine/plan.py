@@ -160,7 +160,10 @@ def fit_to_loader(spec: LoadedSpec, opts: ScanOptions, given: set[str]) -> list[
 
 def batch_size_plan(spec: LoadedSpec, opts: ScanOptions, who: str) -> list[Skip]:
     """The batch sizes to scan: by default the loader's own (or ``current``'s); exactly the loader's
-    where it sets it, which a pre-batched stream cannot show and the options must then declare."""
+    where it sets it. A batch_sampler without a ``batch_size`` (batches cut to a token budget) is read
+    for its mean; a pre-batched stream cannot show one, and the options must then declare it. The
+    number only names the config: samples are counted from the batches, and batches of varying size
+    are labelled by their measured mean (``ScanResult.label``)."""
     current_bs = (opts.current or {}).get("batch_size")
     if spec.batch_knob:
         if opts.batch_size is None and (current_bs or spec.batch_size):
@@ -168,19 +171,21 @@ def batch_size_plan(spec: LoadedSpec, opts: ScanOptions, who: str) -> list[Skip]
         return []
     own = spec.batch_size
     declared = opts.batch_size or ([current_bs] if current_bs else None)
-    if own is None and (not declared or len(declared) != 1):
+    sampled = spec.sampled_batch_mean() if own is None and not declared else None
+    if own is None and sampled is None and (not declared or len(declared) != 1):
         given = f"batch_size {','.join(map(str, declared))}: " if declared else ""
         raise OptionsError(f"{given}{who} batches by itself (batch_size=None) and how many samples its batches hold cannot "
-                           "be read from it: set batch_size to that one number, e.g. in loadtune_options (it is not "
-                           "searched: it labels the results and sizes check's calibration; samples are counted from the batches)")
+                           "be read from it before a trial: set batch_size to that one number, e.g. in loadtune_options, "
+                           "or any typical one where its batches vary in size (it is not searched: samples are counted "
+                           "from the batches, and batches of varying size are shown by their measured mean)")
     if own is not None and opts.batch_size and opts.batch_size != [own]:
         raise OptionsError(f"batch_size {','.join(map(str, opts.batch_size))}: {who} sets its own batch size ({own}), which "
                            "loadtune cannot change; drop batch_size")
-    size = own if own is not None else declared[0]
+    size = own if own is not None else max(1, round(sampled)) if sampled is not None else declared[0]
     if current_bs is not None and current_bs != size:
         raise OptionsError(f"current: batch_size={current_bs}, but {who} batches {size} samples")
     opts.batch_size = [size]
-    how = "as declared" if own is None else "its own"
+    how = "its own" if own is not None else "on average, read off its batch_sampler" if sampled is not None else "as declared"
     return [Skip("batch_size", f"set by {who} ({size} per batch, {how}): not searched")]
 
 
@@ -284,13 +289,25 @@ def make_strategy(
     if opts.search == "grid":
         order = configs + references
         random.Random(opts.seed).shuffle(order)  # machine drift must not favour whichever ran first
-        return GridSearch(order, opts.noise_floor, opts.confirm, opts.seed)
+        return GridSearch(order, opts.noise_floor, confirm_rounds(opts), opts.seed)
     return AdaptiveSearch(
         space, accelerator, [c for c in configs if c.is_pytorch_default] + references, opts.noise_floor,
         max_workers=worker_cap(info.usable_cores, opts.nproc_per_node),
         memory_available=info.memory_available_bytes,
-        confirm_rounds=opts.confirm, seed=opts.seed, extend=opts.workers is None,
+        confirm_rounds=confirm_rounds(opts), seed=opts.seed, extend=opts.workers is None,
     )
+
+
+def races(opts: ScanOptions) -> bool:
+    """The contenders are raced side by side in one process (``engine/race.py``): always, unless the
+    user asked for no re-measuring (``confirm`` or ``race_legs`` 0) or each trial runs several ranks, which one
+    process cannot hold; those scans keep the closing rounds of separate trials."""
+    return opts.confirm > 0 and opts.race_legs > 0 and opts.nproc_per_node == 1 and opts.nnodes == 1
+
+
+def confirm_rounds(opts: ScanOptions) -> int:
+    """The strategy's closing rounds of separate trials: none where the race replaces them."""
+    return 0 if races(opts) else opts.confirm
 
 
 def resume_from(plan: Plan, json_path: str | Path | None) -> None:

@@ -20,7 +20,9 @@ from loadtune.engine import calibration
 from loadtune.engine import stages as stages_mod
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
-from loadtune.engine.plan import Plan, prepare, resume_from
+from loadtune.analysis.race import verdict as race_verdict
+from loadtune.engine.plan import Plan, prepare, races, resume_from
+from loadtune.engine.race import RaceRun, ending_note, race, run_leg
 from loadtune.engine.reference import record_reference
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
@@ -29,6 +31,7 @@ from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.config import Skip, TrialConfig, pytorch_default
 from loadtune.model.results import ScanResult, Trial, check_writable
 from loadtune.model.settings import ScanOptions
+from loadtune.search.race import entrants, race_memory_limit
 
 NO_REFERENCE = "no reference for check"  # how the notes that say why none was recorded begin
 NO_PROFILE_WITH_RANKS = ("no stage profile or bound with several ranks: the profile models one loader, and ranks share "
@@ -46,6 +49,8 @@ class ScanObserver(Protocol):
     def profile_started(self) -> None: ...
     def answer_ready(self, result: ScanResult) -> None: ...
     def reference_started(self, rounds: int) -> None: ...
+    def race_started(self, leg: int, configs: list[TrialConfig]) -> None: ...
+    def race_finished(self, trials: list[Trial], result: ScanResult) -> None: ...
 
 
 def workload_of(result: ScanResult) -> StepWorkload | None:
@@ -98,6 +103,7 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
         if not result.calibration:
             calibrate(run)  # the machine's speed now, for ``show`` to compare scans across machines
         search(run)
+        race_contenders(run)
         diagnose(run)
         conclude(plan)
         result.state = "complete"  # the search is: what follows adds to the result and changes none of it
@@ -176,6 +182,38 @@ def search(run: Run) -> None:
         run.save()
         if observer:
             observer.trial_finished(len(result.trials) - 1, trial, result)
+
+
+def race_contenders(run: Run) -> None:
+    """The screening's contenders raced side by side (``engine/race.py``) until the race decides, the
+    recommendation updated after every leg; what was left out for memory, and a race that ended
+    undecided, are said in the notes."""
+    result, opts, observer = run.plan.result, run.plan.options, run.observer
+    if not races(opts):
+        return
+    chosen = entrants(result, opts.noise_floor, race_memory_limit(opts.max_memory, run.plan.machine.memory_available_bytes))
+    if chosen.left_out:
+        result.notes.append("left out of the race for memory (its loaders all live at once): "
+                            + ", ".join(c.label() for c in chosen.left_out))
+
+    def leg(configs: list[TrialConfig], number: int) -> list[Trial]:
+        if observer:
+            observer.race_started(number, configs)
+        return run_leg(run.plan.source, run.request_for(configs[0]), configs, number, opts.seed + number,
+                       observer.trial_event if observer else None)
+
+    def recorded(trials: list[Trial]) -> None:
+        result.trials.extend(trials)
+        result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory, result.settings.current)
+        run.save()
+        if observer:
+            observer.race_finished(trials, result)
+
+    fits = lambda seconds: not opts.budget or time.monotonic() - run.started + seconds + expected_trial_s(result, opts) <= opts.budget
+    how = race(result.trials, chosen.configs, opts.noise_floor, RaceRun(leg, fits, recorded), opts.race_legs)
+    note = ending_note(how, race_verdict(result.trials, opts.noise_floor), opts.race_legs)
+    if note and note not in result.notes:
+        result.notes.append(note)
 
 
 def run_quietly(run: Run, config: TrialConfig, round_: int) -> Trial:

@@ -35,6 +35,7 @@ from loadtune.engine.loaders import (
     is_factory,
     own_batch_size,
     rebuild,
+    sampled_batch_mean,
     takes_batch_size,
     template_knobs,
     with_extras,
@@ -142,6 +143,14 @@ class LoadedSpec:
             raise LoaderError(f"{self.name}() ignores the knobs it is given: called with {', '.join(ignored)}; pass them "
                               "on to the DataLoader it builds (e.g. DataLoader(dataset, ..., **knobs))")
         return built
+
+    def sampled_batch_mean(self) -> float | None:
+        """How many samples the batches of a loader that batches by itself with a ``batch_sampler``
+        hold on average, read off the sampler's indices (``loaders.sampled_batch_mean``); None without one."""
+        try:
+            return sampled_batch_mean(self.build_loader({"batch_size": 1, "num_workers": 0, "pin_memory": False}))
+        except Exception:  # noqa: BLE001 - building it is checked elsewhere; here only the number is missing
+            return None
 
 
 def module_name_for(path: Path) -> str:

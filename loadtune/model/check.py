@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from loadtune.model.against import Against
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CalibrationShape, PairedRound
 from loadtune.model.results import Trial
@@ -13,6 +14,7 @@ from loadtune.version import __version__
 
 
 PASS, REGRESSION, INCONCLUSIVE, NOTHING = "pass", "regression", "inconclusive", "nothing measured"
+NO_BASE = "no base"  # check --against: the spec is new in this change, nothing to compare with (exit 0, with a note)
 SCHEMA = "loadtune/check"  # the JSON of ``check --json`` / ``--format json``: loadtune/schema/check.schema.json
 SCHEMA_VERSION = 1
 
@@ -27,7 +29,7 @@ class CheckResult:
     baseline_rate: float | None  # the baseline scan's samples/s for the config (None: the scan did not measure it)
     rounds: list[PairedRound]  # today's: the config, its shaped calibration (and the defaults), block by block in turn
     baseline_rounds: list[PairedRound]  # the baseline's reference rounds
-    shape: CalibrationShape
+    shape: CalibrationShape | None  # None: checked against another revision (``against``), with no calibration
     min_throughput: float | None
     status: str
     reasons: list[str]
@@ -47,6 +49,7 @@ class CheckResult:
     baseline_gain: float | None = None  # the same in the reference's rounds
     wall_s: float = 0.0
     trials: list[Trial] = field(default_factory=list)
+    against: Against | None = None  # ``check --against``: the head timed in turns with a base revision, not against a reference
 
     @property
     def rate_now(self) -> float | None:

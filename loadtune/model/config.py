@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from loadtune.model.known import from_known
+
 
 # How a batch reaches the device: "none" keeps it on the CPU (no accelerator), "sync" is
 # `.to(device)`, "non_blocking" is `.to(device, non_blocking=True)` (only useful from pinned memory),
@@ -96,8 +98,9 @@ class TrialConfig:
                 kwargs["multiprocessing_context"] = self.start_method
         return kwargs
 
-    def label(self) -> str:
-        """Short human form for tables: ``w4 pf2 pin persist bs64``."""
+    def label(self, batch: str | None = None) -> str:
+        """Short human form for tables: ``w4 pf2 pin persist bs64``; ``batch`` in place of the batch size
+        (``~31``: batches of varying size, ``ScanResult.label``)."""
         parts = [f"w{self.num_workers}"]
         if self.num_workers:
             parts.append(f"pf{self.prefetch_factor or DEFAULT_PREFETCH}")
@@ -111,7 +114,7 @@ class TrialConfig:
             parts.append("unordered")
         if self.start_method:
             parts.append(self.start_method)
-        parts.append(f"bs{self.batch_size}")
+        parts.append(f"bs{batch or self.batch_size}")
         return " ".join(parts)
 
     def with_knobs(self, **changes) -> "TrialConfig":
@@ -133,7 +136,7 @@ class TrialConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrialConfig":
-        return cls(**data)
+        return from_known(cls, data)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from loadtune.model.known import from_known
 
 
 @dataclass
@@ -50,8 +51,6 @@ class MachineInfo:
 
     @classmethod
     def from_dict(cls, data: dict) -> "MachineInfo":
-        data = dict(data)
-        data["gpus"] = [GPUInfo(**g) for g in data.get("gpus", [])]
-        return cls(**data)
+        return from_known(cls, data, gpus=[from_known(GPUInfo, g) for g in data.get("gpus", [])])
 
 

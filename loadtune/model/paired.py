@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from loadtune.model.config import TrialConfig
+from loadtune.model.known import from_known
 from loadtune.model.machine import MachineInfo
 
 
@@ -23,6 +24,7 @@ class CalibrationShape:
     unit_s: float  # CPU seconds one unit took where the shape was set: check compares this CPU's with it
     source: str  # where the costs came from: "stage profile", "trial CPU"
     unit_readings: int = 1  # of how many readings ``unit_s`` is the fastest (older files: one)
+    batch_size: int | None = None  # the calibration batches by itself, this many a batch: the mean of batches that vary
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -30,7 +32,8 @@ class CalibrationShape:
     @classmethod
     def from_dict(cls, data: dict) -> "CalibrationShape":
         return cls(int(data["units"]), float(data["sleep_s"]), int(data["sample_numel"]), float(data["unit_s"]),
-                   str(data.get("source", "")), int(data.get("unit_readings", 1)))
+                   str(data.get("source", "")), int(data.get("unit_readings", 1)),
+                   int(data["batch_size"]) if data.get("batch_size") else None)
 
 
 CONFIG, CALIBRATION, DEFAULTS = "config", "calibration", "defaults"  # the loaders of a round
@@ -105,6 +108,6 @@ class PairedReference:
             return None
         machine, defaults = data.get("machine"), data.get("defaults")
         return cls(TrialConfig.from_dict(data["config"]), CalibrationShape.from_dict(data["shape"]),
-                   [PairedRound(**r) for r in data.get("rounds", [])], data.get("recorded_at"),
+                   [from_known(PairedRound, r) for r in data.get("rounds", [])], data.get("recorded_at"),
                    MachineInfo.from_dict(machine) if machine else None,
                    TrialConfig.from_dict(defaults) if defaults else None)

@@ -21,7 +21,8 @@ from loadtune.model.paired import PairedReference
 from loadtune.model.machine import MachineInfo
 from loadtune.model.config import Skip, TrialConfig
 from loadtune.model.estimate import Estimate, estimate, mean_halfwidth
-from loadtune.model.batch import BatchInfo
+from loadtune.model.batch import BatchInfo, BatchSizes
+from loadtune.model.known import from_known, known
 from loadtune.model.settings import ScanSettings
 
 SCHEMA = "loadtune/scan"
@@ -67,7 +68,7 @@ class Block:
     @classmethod
     def from_dict(cls, data: dict) -> "Block":
         """A block read back from JSON; its figures must be numbers, or every estimate made from it fails later."""
-        block = cls(**data)
+        block = from_known(cls, data)
         figures = (block.samples, block.batches, block.seconds, block.epochs, block.wait_s or 0, block.h2d_bytes or 0)
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") for v in figures):
             raise ValueError(f"a block's figures are not all non-negative numbers: {data}")
@@ -117,9 +118,7 @@ class GPUUsage:
 
     @classmethod
     def from_dict(cls, data: dict) -> "GPUUsage":
-        data = dict(data)
-        data["utilisation"] = [tuple(s) for s in data.get("utilisation", [])]
-        return cls(**data)
+        return from_known(cls, data, utilisation=[tuple(s) for s in data.get("utilisation", [])])
 
 
 @dataclass
@@ -192,8 +191,7 @@ class LoadReading:
 
     @classmethod
     def from_dict(cls, data: dict) -> "LoadReading":
-        data = {k: v for k, v in data.items() if k != "outside_cores"}
-        reading = cls(**data)
+        reading = from_known(cls, data)  # without the derived outside_cores
         figures = [v for v in asdict(reading).values() if v is not None and not isinstance(v, list)] + reading.cpu_busy_s
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") for v in figures):
             raise ValueError(f"a trial's load figures are not all non-negative numbers: {data}")
@@ -237,11 +235,9 @@ class RankFigures:
 
     @classmethod
     def from_dict(cls, data: dict) -> "RankFigures":
-        data = dict(data)
-        data["warmup"] = Block.from_dict(data["warmup"]) if data.get("warmup") else None
-        data["blocks"] = [Block.from_dict(b) for b in data.get("blocks", [])]
-        data["gpu"] = GPUUsage.from_dict(data["gpu"]) if data.get("gpu") else None
-        return cls(**data)
+        return from_known(cls, data, warmup=Block.from_dict(data["warmup"]) if data.get("warmup") else None,
+                          blocks=[Block.from_dict(b) for b in data.get("blocks", [])],
+                          gpu=GPUUsage.from_dict(data["gpu"]) if data.get("gpu") else None)
 
 
 @dataclass
@@ -259,6 +255,7 @@ class Trial:
     round: int = 0  # 0: the search; 1, 2, ...: contenders re-measured side by side
     gpu: GPUUsage | None = None  # only for trials on a CUDA device
     batch: BatchInfo | None = None  # the first batch's bytes, dtypes and shapes
+    batch_sizes: BatchSizes | None = None  # samples per batch timed, where the loader batches by itself
     cpu_s: float | None = None  # CPU seconds of the trial's process and its workers over the timed blocks
     # Several ranks per trial: each rank's figures; ``blocks``, ``warmup`` and ``startup_s`` above are
     # then the slowest rank's (its pace is the pace of synchronous training), see ``settle_ranks``
@@ -268,6 +265,9 @@ class Trial:
     # one of ``blocks`` (same index)
     calibration_blocks: list[Block] = field(default_factory=list)
     default_blocks: list[Block] = field(default_factory=list)
+    # a leg of the scan's race (``round`` its number): this config's blocks, block i timed in turn i beside
+    # the other raced configs' block i, in the same process (analysis/race.py)
+    raced: bool = False
 
     @property
     def ok(self) -> bool:
@@ -332,20 +332,18 @@ class Trial:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Trial":
-        data = dict(data)
-        data.pop("samples_per_s", None)
+        data = known(cls, data)  # without the derived samples_per_s
         data["config"] = TrialConfig.from_dict(data["config"])
         data["warmup"] = Block.from_dict(data["warmup"]) if data.get("warmup") else None
         data["blocks"] = [Block.from_dict(b) for b in data.get("blocks", [])]
         data["calibration_blocks"] = [Block.from_dict(b) for b in data.get("calibration_blocks", [])]
         data["default_blocks"] = [Block.from_dict(b) for b in data.get("default_blocks", [])]
         if data.get("memory"):
-            mem = dict(data["memory"])
-            mem["samples"] = [tuple(s) for s in mem.get("samples", [])]
-            data["memory"] = MemoryUsage(**mem)
-        data["error"] = TrialError(**data["error"]) if data.get("error") else None
+            data["memory"] = from_known(MemoryUsage, data["memory"], samples=[tuple(s) for s in data["memory"].get("samples", [])])
+        data["error"] = from_known(TrialError, data["error"]) if data.get("error") else None
         data["gpu"] = GPUUsage.from_dict(data["gpu"]) if data.get("gpu") else None
         data["batch"] = BatchInfo.from_dict(data["batch"]) if data.get("batch") else None
+        data["batch_sizes"] = BatchSizes.from_dict(data["batch_sizes"]) if data.get("batch_sizes") else None
         data["ranks"] = [RankFigures.from_dict(r) for r in data.get("ranks", [])]
         data["load"] = LoadReading.from_dict(data["load"]) if data.get("load") else None  # files before it: None
         cpu = data.get("cpu_s")
@@ -503,13 +501,14 @@ class Recommendation:
     excluded: list[TrialConfig] = field(default_factory=list)  # measured peak memory over --max-memory
     max_memory: int | None = None  # the limit in bytes, when one was set
     speedup_rounds: int = 0  # closing rounds the speedup was measured side by side in (0: figures taken apart)
+    speedup_pairs: int = 0  # with a race: the turn pairs the speedup was measured in, side by side block by block
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Recommendation":
-        data = dict(data)
+        data = known(cls, data)
         for key in ("config", "best", "baseline"):
             data[key] = TrialConfig.from_dict(data[key]) if data.get(key) else None
         data["tied"] = [TrialConfig.from_dict(c) for c in data.get("tied", [])]
@@ -594,7 +593,7 @@ class StageCosts:
 
     @classmethod
     def from_dict(cls, data: dict) -> "StageCosts":
-        data = dict(data)
+        data = known(cls, data)
         for name in cls.COSTS:
             data[name] = StageCost.from_dict(data.get(name))
         return cls(**data)
@@ -649,6 +648,19 @@ class ScanResult:
     def config_result(self, config: TrialConfig) -> ConfigResult | None:
         return next((c for c in self.configs if c.config == config), None)
 
+    @property
+    def varying_batches(self) -> BatchSizes | None:
+        """The loader's own batches, when they vary in size: pooled over every batch its trials timed
+        (every config runs the same loader, so one mean labels them all); None when they do not vary."""
+        runs = [t for t in self.trials if t.ok and t.batch_sizes is not None]
+        pooled = BatchSizes.pooled([t.batch_sizes for t in runs], [sum(b.batches for b in t.blocks) for t in runs])
+        return pooled if pooled is not None and pooled.varying else None
+
+    def label(self, config: TrialConfig) -> str:
+        """``config.label()``, its batch size shown as the mean (``bs~31``) when the batches vary."""
+        varying = self.varying_batches
+        return config.label(varying.label if varying else None)
+
     def _repr_html_(self) -> str | None:
         """Jupyter shows a result as the report (table, diagnosis, recommendation). The renderer lives in
         the report layer, which the model may not import: it registers itself in ``RENDERERS``."""
@@ -675,6 +687,7 @@ class ScanResult:
             "stages": self.stages.to_dict() if self.stages else None,
             "reference": self.reference.to_dict() if self.reference else None,
             "remeasured": [t.to_dict() for t in self.remeasured],
+            "batch_sizes": asdict(varying) if (varying := self.varying_batches) else None,  # derived, for readers
         }
 
     @classmethod
@@ -689,11 +702,11 @@ class ScanResult:
             raise ResultError(f"malformed scan result: settings lack {', '.join(missing)}")
         try:
             result = cls(
-                spec=SpecInfo(**data["spec"]),
+                spec=from_known(SpecInfo, data["spec"]),
                 machine=MachineInfo.from_dict(data["machine"]),
                 settings=ScanSettings.from_dict(data["settings"]),
                 trials=[Trial.from_dict(t) for t in data["trials"]],
-                skipped=[Skip(**s) for s in data.get("skipped", [])],
+                skipped=[from_known(Skip, s) for s in data.get("skipped", [])],
                 notes=list(data.get("notes", [])),
                 calibration=[Trial.from_dict(t) for t in data.get("calibration", [])],
                 recommendation=Recommendation.from_dict(data["recommendation"]) if data.get("recommendation") else None,

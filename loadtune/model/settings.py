@@ -6,14 +6,16 @@ read as the scan that wrote it behaved, in one place (``ScanOptions.from_dict``)
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from loadtune.model.known import from_known
 
 NOISE_FLOOR = 0.02  # medians this close (relative) are treated as equal whatever the intervals say
 
 # Options a file may lack, read as what the scans written before them did where that differs from
 # today's default: before early stopping a trial measured every block.
-OLDER_FILES = {"target_spread": 0.0, "reference_rounds": 0}
+OLDER_FILES = {"target_spread": 0.0, "reference_rounds": 0, "race_legs": 0}
 
 
 @dataclass
@@ -41,7 +43,8 @@ class ScanOptions:
     start_method: list[str] | None = None  # start methods to search, e.g. ["fork", "spawn"]; None: default only
     search: str = "adaptive"  # "adaptive" or "grid" (exhaustive)
     budget: float | None = None  # seconds for the whole scan; no new trial starts past it
-    confirm: int = 1  # rounds in which the contenders are re-measured side by side
+    confirm: int = 1  # rounds in which the contenders are re-measured side by side (several ranks per trial; 0: none, and no race)
+    race_legs: int = 3  # the race's legs at most (fresh processes, each timing the contenders in turns); 0: no race
     seed: int = 0  # trial order and shuffling
     step_ms: float | None = None  # a synthetic consumer step of about this many ms per batch (no spec step needed)
     transfer: list[str] | None = None  # transfer strategies to search on a CUDA device; None: sync, non_blocking, stream
@@ -58,8 +61,7 @@ class ScanOptions:
     def from_dict(cls, data: dict[str, Any]) -> "ScanOptions":
         """Options read back from a result. Keys the file lacks: ``OLDER_FILES``, else the default;
         keys it has that this version does not know (a newer writer's) are left out."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{**OLDER_FILES, **{k: v for k, v in data.items() if k in known}})
+        return from_known(cls, {**OLDER_FILES, **data})
 
 
 @dataclass
@@ -94,7 +96,4 @@ class ScanSettings:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ScanSettings":
         """Settings read back from a result; keys of a newer writer are left out."""
-        known = {f.name for f in fields(cls)}
-        kept = {k: v for k, v in data.items() if k in known}
-        kept["options"] = ScanOptions.from_dict(data.get("options", {}))
-        return cls(**kept)
+        return from_known(cls, data, options=ScanOptions.from_dict(data.get("options", {})))

@@ -6,13 +6,14 @@ from rich.console import Console
 from rich.text import Text
 
 from loadtune.analysis.load import load_summary
-from loadtune.model.check import PASS, REGRESSION, CheckResult
+from loadtune.model.against import DuetRound
+from loadtune.model.check import NO_BASE, PASS, REGRESSION, CheckResult
 from loadtune.model.settings import NOISE_FLOOR
 from loadtune.model.paired import PairedRound
 from loadtune.report.ci import defaults_line, summary_line
 from loadtune.report.text import load_sentence
 
-STYLES = {PASS: "bold green", REGRESSION: "bold red"}
+STYLES = {PASS: "bold green", REGRESSION: "bold red", NO_BASE: "bold"}
 
 
 def round_line(index: int, paired: PairedRound) -> str:
@@ -27,8 +28,30 @@ def round_line(index: int, paired: PairedRound) -> str:
             f"{paired.calibration_rate or 0:,.0f} samples/s, ratio {ratio} ({how}){defaults}")
 
 
+def duet_line(index: int, paired: DuetRound) -> str:
+    """One round of ``check --against`` as it is measured: each side's rate and the ratio the verdict uses."""
+    first = "head first" if paired.head_first else "base first"
+    ratio = f"{paired.ratio:.3f}" if paired.ratio else "-"
+    return (f"  round {index}: head {paired.head_rate or 0:,.0f} samples/s, base {paired.base_rate or 0:,.0f} samples/s, "
+            f"head / base {ratio} (median of {paired.pairs} turns, {first})")
+
+
+def print_against(console: Console, outcome: CheckResult, rounds: bool = True) -> None:
+    """A check against another revision: the verdict line, the rounds, the notes, the verdict."""
+    console.print(summary_line(outcome), highlight=False, soft_wrap=True)
+    for i, paired in enumerate(outcome.against.rounds if rounds else [], 1):
+        console.print(duet_line(i, paired), style="dim", highlight=False)
+    for note in outcome.against.notes:
+        console.print(f"  note: {note}", style="yellow", highlight=False)
+    style = STYLES.get(outcome.status, "bold yellow")
+    console.print(Text(outcome.status.upper() + (": " + "; ".join(outcome.reasons) if outcome.reasons else ""), style=style))
+
+
 def print_check(console: Console, outcome: CheckResult, rounds: bool = True) -> None:
     """The check's verdict with its figures (round by round unless they were printed as they came)."""
+    if outcome.against is not None:
+        print_against(console, outcome, rounds)
+        return
     console.print(summary_line(outcome), highlight=False)
     if rounds:
         for i, paired in enumerate(outcome.rounds, 1):

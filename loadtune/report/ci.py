@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION, CheckResult
+from loadtune.model.against import Against
+from loadtune.model.check import INCONCLUSIVE, NO_BASE, NOTHING, PASS, REGRESSION, CheckResult
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
 from loadtune.model.results import Trial, write_atomic
@@ -98,8 +99,9 @@ def testcase(case: Measured, result: CheckResult) -> tuple[str, str | None]:
 
 def junit_xml(result: CheckResult) -> str:
     """One test case per config the check measured (the checked one, its shaped calibration, PyTorch's
-    defaults), each with the seconds its trials took; see ``testcase`` for the outcomes."""
-    cases = [testcase(case, result) for case in measured(result)]
+    defaults), each with the seconds its trials took; see ``testcase`` for the outcomes. Against another
+    revision: one per side (``side_cases``)."""
+    cases = side_cases(result) if result.against else [testcase(case, result) for case in measured(result)]
     tags = [tag for _, tag in cases]
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n'
@@ -151,6 +153,8 @@ def defaults_line(outcome: CheckResult) -> str | None:
 
 
 def summary_line(result: CheckResult) -> str:
+    if result.against:
+        return against_line(result)
     now = f"{result.rate_now:,.0f}" if result.rate_now else "-"
     change = change_text(result, " to ")
     then = f"{result.baseline_rate:,.0f} in the baseline" if result.baseline_rate else "not measured by the baseline's scan"
@@ -161,6 +165,8 @@ def summary_line(result: CheckResult) -> str:
 
 def markdown(result: CheckResult) -> str:
     """A short table for a CI job summary page."""
+    if result.against:
+        return against_markdown(result)
     now = f"{result.rate_now:,.0f}" if result.rate_now else "-"
     cal_then, cal_now = result.baseline_calibration, result.calibration_now
     machine = (f"{result.machine_change:+.1%} ({result.machine_low:+.1%} … {result.machine_high:+.1%})"
@@ -187,4 +193,81 @@ def markdown(result: CheckResult) -> str:
         + f"; {result.wall_s:.0f} s.",
     ]
     lines += [f"- {r}" for r in result.reasons] + [f"- environment: {e}" for e in result.environment]
+    return "\n".join(lines) + "\n"
+
+
+# --- check --against: the head and the base timed in turns -----------------------------------------------
+
+
+ICONS = {PASS: "✅ pass", REGRESSION: "❌ regression", INCONCLUSIVE: "⚠️ inconclusive", NO_BASE: "➖ nothing to compare"}
+
+
+def samples(value: float | None) -> str:
+    return rate(value) if value else "-"
+
+
+def ratio_text(result: CheckResult, dash: str = "–") -> str:
+    """head / base with its interval, ``0.93× (0.91–0.95)``; ``-`` when not estimated."""
+    if result.change is None:
+        return "-"
+    high = f"{1 + result.change_high:.2f}" if result.change_high is not None else "unbounded"
+    return f"{1 + result.change:.2f}× ({1 + result.change_low:.2f}{dash}{high})"
+
+
+def headline(result: CheckResult) -> str:
+    """``head 3f2a1c9 vs base origin/main 8e01b7d: 0.93× (0.91–0.95)``."""
+    return f"{result.against.title()}: {ratio_text(result)}"
+
+
+def against_line(result: CheckResult) -> str:
+    """The one-line verdict of a check against another revision."""
+    against: Against = result.against
+    if result.status == NO_BASE:
+        return f"{result.config.label()}: {against.title()}: nothing to compare; {NO_BASE}"
+    rates = f"head {samples(against.head_rate)}, base {samples(against.base_rate)} samples/s"
+    return (f"{result.config.label()}: {headline(result)} over {len(against.rounds)} rounds timed in turns ({rates}); "
+            f"tolerance {result.tolerance:.0%}; {result.status} ({result.wall_s:.0f} s)")
+
+
+def side_cases(result: CheckResult) -> list[tuple[str, str | None]]:
+    """One ``<testcase>`` per side: the head carries the verdict (as ``testcase`` says for the checked
+    config; skipped when the base has no spec), the base passes with its samples/s, or is skipped when
+    it measured nothing."""
+    against: Against = result.against
+    head_tag = "skipped" if result.status == NO_BASE else {REGRESSION: "failure", INCONCLUSIVE: "error", NOTHING: "error"}.get(result.status)
+    base_tag = None if against.base_rate or result.status == NO_BASE else "skipped"
+    label = result.config.label()
+    cases = []
+    for side, revision, tag, seconds in (("head", against.head, head_tag, result.trials[0::2]),
+                                         ("base", against.base, base_tag, result.trials[1::2])):
+        out = summary_line(result) if side == "head" else f"base {revision.label()}: {samples(against.base_rate)} samples/s"
+        message = (result.reasons[0] if result.reasons else result.status) if side == "head" else "it was not measured"
+        body = ""
+        if tag == "skipped":
+            body = f"<skipped message={quoteattr(message)}/>"
+        elif tag:
+            body = f"<{tag} message={quoteattr(message)}>{escape('; '.join(result.reasons))}</{tag}>"
+        name = f"{side} {revision.label()} ({label})"
+        cases.append((f'  <testcase classname="loadtune.check" name={quoteattr(name)} time="{sum(t.wall_s for t in seconds):.1f}">'
+                      f"{body}<system-out>{escape(out)}</system-out></testcase>\n", tag))
+    return cases
+
+
+def against_markdown(result: CheckResult) -> str:
+    """The job summary of a check against another revision: both revisions named, their samples/s
+    timed in turns, the ratio with its interval, the reasons and notes."""
+    against: Against = result.against
+    icon = ICONS.get(result.status, "⚠️ " + result.status)
+    lines = [f"### loadtune check: {icon}", "", f"{headline(result)}", ""]
+    if result.status != NO_BASE:
+        lines += [
+            f"| `{result.config.label()}` | base `{against.base.label()}` | head `{against.head.label()}` |",
+            "|---|---:|---:|",
+            f"| samples/s, timed in turns | {samples(against.base_rate)} | {samples(against.head_rate)} |",
+            f"| head / base over {len(against.rounds)} rounds | | {ratio_text(result, ' … ')} |",
+            "",
+            f"Tolerance {result.tolerance:.0%}" + (f", floor {result.min_throughput:,.0f} samples/s" if result.min_throughput else "")
+            + f"; {result.wall_s:.0f} s.",
+        ]
+    lines += [f"- {r}" for r in result.reasons + against.notes]
     return "\n".join(lines) + "\n"

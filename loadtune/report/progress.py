@@ -17,10 +17,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from loadtune.engine.scan import ScanObserver
+from loadtune.analysis.race import verdict as race_verdict
 from loadtune.model.config import TrialConfig
+from loadtune.model.against import Against, DuetRound
 from loadtune.model.paired import PairedRound
 from loadtune.model.results import ScanResult, Trial
-from loadtune.report.check import round_line
+from loadtune.report.check import duet_line, round_line
 from loadtune.report.text import rate, spread_text
 
 
@@ -59,6 +61,12 @@ class ProgressDisplay:
     def trial_started(self, index: int, config: TrialConfig, round_: int) -> None:
         what = "confirming" if round_ else "trial"
         self.progress.update(self.task, description=f"{what} {index + 1}: {config.label()}")
+
+    def race_started(self, leg: int, configs: list[TrialConfig]) -> None:
+        self.progress.update(self.task, description=f"race, leg {leg}: {len(configs)} configs side by side")
+
+    def race_finished(self, trials: list[Trial], result: ScanResult) -> None:
+        self.progress.update(self.task, best=best_text(result))
 
     def trial_event(self, kind: str, payload: Any) -> None:
         pass
@@ -152,6 +160,19 @@ class LineProgress:
             what = f"trial {self.done}/{self.planned}" if self.planned is not None else f"trial {self.done}"
         self.line(f"{what}: {trial.config.label()}: {trial_figure(trial)}")
 
+    def race_started(self, leg: int, configs: list[TrialConfig]) -> None:
+        pass
+
+    def race_finished(self, trials: list[Trial], result: ScanResult) -> None:
+        """One line per leg: who raced, and where each stands against the leader so far."""
+        v = race_verdict(result.trials, result.settings.options.noise_floor)
+        if v is None:
+            return
+        parts = [f"{s.config.label()} {s.ratio.value:.2f}× ({s.ratio.low:.2f}–{s.ratio.high:.2f}) {s.status}"
+                 for s in v.standings if s.ratio is not None]
+        self.line(f"race, leg {trials[0].round if trials else '?'}: leader {v.leader.label()}"
+                  + (f"; {'; '.join(parts)}" if parts else ""))
+
     def profile_started(self) -> None:
         self.line("profiling the stages: where the time goes")
 
@@ -219,4 +240,13 @@ class CheckProgress:
 
     def round_finished(self, index: int, paired: PairedRound) -> None:
         self.console.print(f"{round_line(index, paired)}; {clock(self.now() - self.started)} elapsed", style="dim", highlight=False,
+                           soft_wrap=True)
+
+    def against_starting(self, config: TrialConfig, against: Against, rounds: int, budget_s: float) -> None:
+        """``check --against``: what is compared, before the first round's processes start."""
+        self.console.print(f"checking {config.label()}: {against.title()}, at least {rounds} rounds of the two timed in "
+                           f"turns (more while undecided, up to {budget_s:g} s)", style="dim", highlight=False, soft_wrap=True)
+
+    def duet_finished(self, index: int, paired: DuetRound) -> None:
+        self.console.print(f"{duet_line(index, paired)}; {clock(self.now() - self.started)} elapsed", style="dim", highlight=False,
                            soft_wrap=True)

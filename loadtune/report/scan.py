@@ -19,6 +19,7 @@ from loadtune.analysis.load import load_summary
 from loadtune.analysis.recommend import best_with_workers, noise_floor_of, persistent_saving, snippet
 from loadtune.model.results import ConfigResult, ScanResult, StageCost
 from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, gain, long_run, run_noise
+from loadtune.analysis.race import relative_to
 from loadtune.analysis.view import Row, rows as view_rows
 from loadtune.report.text import (BAR_WIDTH, STATUS_STYLES, bar, gbps, load_sentence, ms, rate, short_bytes, spread_text,
                                   status_cell)
@@ -28,8 +29,10 @@ from loadtune.engine.scan import NO_REFERENCE
 
 # Columns a narrow terminal can lose, first dropped first; the rank, config, rate and status stay.
 SECONDARY_COLUMNS = ("bar", "start", "mem", "gbps", "wait")
-COLUMN_ORDER = ("bar", "start", "mem", "wait", "gbps")  # wait and GB/s only when a step ran / batches went to a GPU
-COLUMN_HEADERS = {"start": "start", "mem": "mem", "wait": "wait", "gbps": "GB/s"}
+COLUMN_ORDER = ("race", "bar", "start", "mem", "wait", "gbps")  # race: when one ran; wait and GB/s: when a step ran / batches went to a GPU
+COLUMN_HEADERS = {"race": "vs pick", "start": "start", "mem": "mem", "wait": "wait", "gbps": "GB/s"}
+RACE_CAPTION = ("vs pick: throughput relative to the pick, measured side by side in the race (loaders alive together, "
+                "short blocks taking turns), with its 95% interval over the turn pairs")
 CAPTION_PARTS = {
     "star": "★ recommended",
     "default": "default: PyTorch's defaults",
@@ -66,7 +69,8 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("config", ratio=1, min_width=12)
     table.add_column("samples/s", justify="right", no_wrap=True)
-    optional = {"wait": has_consumer(result), "gbps": any(c.h2d_gbps is not None for c in result.configs)}
+    relative = relative_to(result.trials, rec.config) if rec else {}
+    optional = {"race": bool(relative), "wait": has_consumer(result), "gbps": any(c.h2d_gbps is not None for c in result.configs)}
     shown = [c for c in COLUMN_ORDER if c not in dropped and optional.get(c, True)]
     for name in shown:
         if name == "bar":
@@ -75,12 +79,19 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
             table.add_column(COLUMN_HEADERS[name], justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     noise = run_noise(result.configs)
+    varying = result.varying_batches
     for row in rows:
-        cells = row_cells(row, rec, top, noise, result.settings.current)
+        cells = row_cells(row, rec, top, noise, result.settings.current, varying.label if varying else None)
+        cells["race"] = race_cell(row, rec, relative)
         table.add_row(*[cells[name] for name in ("rank", "config", "rate", *shown, "status")])
     parts = [spread_caption(noise) if key == "spread" else text for key, text in CAPTION_PARTS.items() if key not in dropped]
     if result.settings.current is not None:
         parts.insert(2, "current: your settings (--current)")
+    if varying is not None:
+        parts.append(f"bs{varying.label}: the loader's own batches, of varying size: {varying.mean:.1f} samples on average "
+                     f"over the batches timed ({varying.smallest}–{varying.largest})")
+    if "race" in shown:
+        parts.insert(3, RACE_CAPTION)
     if "wait" in shown:
         parts.append("wait: share of the time the step waited for data" + (
             " (the GPU's compute stream idle between steps)" if result.settings.device.startswith("cuda") else ""))
@@ -92,6 +103,16 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
     return table
 
 
+def race_cell(row: Row, rec, relative: dict) -> str:
+    """``0.85× (0.83–0.87)`` for a config raced beside the pick; ``pick`` for the pick; empty otherwise."""
+    if row.config is None or rec is None:
+        return ""
+    if row.config.config == rec.config:
+        return "pick" if relative else ""
+    r = relative.get(row.config.config)
+    return f"{r.value:.2f}× ({r.low:.2f}–{r.high:.2f})" if r else ""
+
+
 def spread_caption(noise: RunNoise) -> str:
     """What the ± means: an interval for a long run once the scan repeated a config, else the blocks' own."""
     if noise.learned:
@@ -99,15 +120,17 @@ def spread_caption(noise: RunNoise) -> str:
     return "±: 95% interval of the median block of the runs measured (no config was repeated: run-to-run noise unknown)"
 
 
-def row_cells(row: Row, rec, top: float, noise: RunNoise = NOTHING_LEARNED, current: str | None = None) -> dict:
+def row_cells(row: Row, rec, top: float, noise: RunNoise = NOTHING_LEARNED, current: str | None = None,
+              batch: str | None = None) -> dict:
     """Every cell a row can have, by column name; ``noise`` widens the ± into a long run's interval;
-    ``current``: the key of the user's own settings (``--current``), marked."""
+    ``current``: the key of the user's own settings (``--current``), marked; ``batch``: the batch
+    size's label when the batches vary (``~31``)."""
     if row.config is None:  # a knob value that was never run
         return {"rank": "", "config": Text(row.skip.what, style="dim"), "rate": "-", "bar": "", "start": "-",
                 "mem": "-", "wait": "-", "gbps": "-", "status": status_cell(row.status)}
     trial = row.config
     est = long_run(trial, noise)
-    label = Text(trial.config.label())
+    label = Text(trial.config.label(batch))
     if rec and trial.config == rec.config:
         label.append(" ★", style="bold yellow")
     if trial.config.is_pytorch_default:
@@ -186,9 +209,9 @@ def notes(result: ScanResult) -> list[Text]:
     if len(failed) > 1 and len(failed) == len(configs) and len(same) == 1:  # say it once, plainly
         out = [Text(f"• Every trial failed the same way: {failed[0].error.message}", style="red")]
     else:
-        out = [Text(f"• {c.config.label()} failed: {c.error.message}", style="red") for c in failed]
+        out = [Text(f"• {result.label(c.config)} failed: {c.error.message}", style="red") for c in failed]
     for t in configs:
-        out += [Text(f"• {t.config.label()}: {w}", style="yellow") for w in t.warnings]
+        out += [Text(f"• {result.label(t.config)}: {w}", style="yellow") for w in t.warnings]
     out += [Text(f"• {note}", style="cyan") for note in result.notes]
     if result.stages is not None:
         out += [Text(f"• stage profile: {note}", style="cyan") for note in result.stages.notes]
@@ -245,7 +268,7 @@ def recommendation_panel(result: ScanResult) -> Panel:
     noise = run_noise(result.configs)
     est = long_run(pick, noise)
     lines = Text()
-    lines.append(f"{rec.config.label()}", style="bold")
+    lines.append(result.label(rec.config), style="bold")
     runs = sum(1 for t in pick.trials if t.ok)
     lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} "
                  + (f"(median of {est.n} blocks pooled from {runs} runs" if runs > 1 else f"(median of {est.n} blocks")
@@ -260,7 +283,7 @@ def recommendation_panel(result: ScanResult) -> Panel:
                      f"all ranks together {rate(pick.aggregate_rate)} samples/s when none waits.\n")
     lines.append(persistent_text(result, rec.config))
     if len(rec.tied) > 1:
-        lines.append("Tied within the noise: " + ", ".join(c.label() for c in rec.tied if c != rec.config) + "\n")
+        lines.append("Tied within the noise: " + ", ".join(result.label(c) for c in rec.tied if c != rec.config) + "\n")
     lines.append(bound_text(result))
     lines.append(memory_text(result, pick))
     if result.state != "complete":
@@ -286,13 +309,21 @@ def gain_text(result: ScanResult, rec, pick: ConfigResult, noise: RunNoise) -> s
                 + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n"))
     if rec.baseline != rec.config:
         return "PyTorch's defaults were not measured at this batch size.\n"
-    runner_up = best_with_workers(result.configs)
-    times = gain(pick, runner_up, noise) if runner_up is not None else None
-    if times is None:
-        return "PyTorch's defaults (num_workers=0) are the only config measured.\n"
-    side = f", side by side in {times.rounds} round{'s' if times.rounds != 1 else ''}" if times.rounds else ""
-    return (f"PyTorch's defaults (num_workers=0) win: {times.ratio.value:.2f}× the best config with workers "
-            f"({runner_up.config.label()}{side}, 95% interval {times.ratio.low:.2f}×–{times.ratio.high:.2f}×); "
+    raced = {c: r for c, r in relative_to(result.trials, rec.config).items() if c.num_workers}
+    if raced:  # the fastest config with workers that raced beside the defaults: their ratio side by side
+        runner, r = max(raced.items(), key=lambda item: item[1].value)
+        low, value, high = 1 / r.high, 1 / r.value, 1 / r.low
+        label, side = result.label(runner), f", side by side in the race ({r.pairs} turn pairs)"
+    else:
+        runner_up = best_with_workers(result.configs)
+        times = gain(pick, runner_up, noise) if runner_up is not None else None
+        if times is None:
+            return "PyTorch's defaults (num_workers=0) are the only config measured.\n"
+        low, value, high = times.ratio.low, times.ratio.value, times.ratio.high
+        label = result.label(runner_up.config)
+        side = f", side by side in {times.rounds} round{'s' if times.rounds != 1 else ''}" if times.rounds else ""
+    return (f"PyTorch's defaults (num_workers=0) win: {value:.2f}× the best config with workers "
+            f"({label}{side}, 95% interval {low:.2f}×–{high:.2f}×); "
             "handing samples between processes costs more than producing them here.\n")
 
 
@@ -319,6 +350,8 @@ def load_text(result: ScanResult) -> Text:
 
 def speedup_how(rec) -> str:
     """How the gain was measured: side by side in closing rounds, or from trials taken apart."""
+    if rec.speedup_pairs:
+        return f"measured side by side in the race ({rec.speedup_pairs} turn pairs)"
     return (f"measured side by side in {rec.speedup_rounds} round{'s' if rec.speedup_rounds != 1 else ''}"
             if rec.speedup_rounds else "from figures measured at different times")
 

@@ -22,7 +22,10 @@ def confirmation(result: ScanResult, rounds: int, noise_floor: float, seed: int)
     """Contenders from the search, re-measured once per round in a shuffled order, with PyTorch's
     defaults at the likely pick's batch size, even beside a clear winner: the gain over them is then
     measured side by side, not against the scan's very first trial. When the defaults are the pick,
-    the fastest config with workers is their partner."""
+    the fastest config with workers is their partner. No rounds asked for (or a race in their place,
+    ``engine/race.py``): nothing."""
+    if rounds < 1:
+        return []
     search = list(measured(result).values())
     tied = contenders(search, noise_floor)
     if not tied:

@@ -26,6 +26,7 @@ from typing import Any
 
 from loadtune.engine.distributed.rank import ACK_WAIT_S, rank_main
 from loadtune.engine.trial.child import exit_error
+from loadtune.engine.trial.load import LoadMeter
 from loadtune.engine.trial.protocol import (
     Kind,
     Message,
@@ -54,6 +55,9 @@ class Relay:
     done: set = field(default_factory=set)
     measured: set = field(default_factory=set)
     stopped: bool = False
+    # who kept the node's cores busy over the ranks' shared window, read here, above every rank: the
+    # other ranks and their workers are the scan's own, where a rank reading for itself sees them as outside load
+    load: LoadMeter = field(default_factory=LoadMeter)
 
     def run(self) -> None:
         live = list(self.pipes)
@@ -77,7 +81,15 @@ class Relay:
         own.get(message.kind, self.conn.send)(message)
 
     def arrived(self, message: Message) -> None:
+        """A rank at a barrier; once every rank is past warm-up the load is read, until all end the window."""
         self.reached.setdefault(message.rank, set()).add(message.payload)
+        everyone = all(message.payload in self.reached.get(self.setup.global_rank(i), set()) for i in range(len(self.pipes)))
+        if everyone and message.payload == "warmup":
+            self.load.start()
+        elif everyone and message.payload == "window":
+            reading = self.load.stop()
+            if reading is not None:
+                self.conn.send(Message(Kind.LOAD, reading))
 
     def steady(self, message: Message) -> None:
         """Every loader at steady state: the runner samples the tree's memory, then the ranks tear down."""

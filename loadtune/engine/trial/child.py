@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
@@ -67,12 +68,77 @@ def isolate(log_path: str) -> None:
     os.dup2(log_fd, 2)
 
 
-def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: str) -> None:
-    """Trial process entry: isolated, the request's entry run, figures to the parent as they come."""
+def forget_inherited_fork_server() -> None:
+    """A forked trial inherits multiprocessing's record of the scan's fork server, a process that is
+    not its child: a ``forkserver`` DataLoader worker would then fail to start, in ``os.waitpid``, with
+    ChildProcessError. Forgotten, the first such worker starts a fork server of the trial's own.
+    (multiprocessing has no public way to do this; on a Python without these attributes nothing changes.)"""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    if server is None or getattr(server, "_forkserver_pid", None) is None:
+        return
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    with contextlib.suppress(OSError, TypeError):
+        os.close(alive)  # the scan's fork server lives on: the scan holds its own end
+    for name in ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid", "_forkserver_authkey"):
+        if hasattr(server, name):
+            setattr(server, name, None)
+
+
+@dataclass(frozen=True)
+class Parcel:
+    """What a trial started by ``forkserver`` or ``spawn`` runs, pickled by the parent and unpickled
+    by the child once its errors are reported: an object that cannot be rebuilt there (a class of a
+    module the child cannot import) then fails the trial with its name and the start method, not
+    with an exit code and no word."""
+
+    data: bytes
+    what: str  # the pickled object, in the user's words
+    start_method: str
+
+    @classmethod
+    def pack(cls, source: SpecRef | LoadedSpec, request: TrialRequest, start_method: str) -> "Parcel":
+        what = described(source)
+        try:
+            data = pickle.dumps((source, request))
+        except Exception as exc:  # noqa: BLE001 - pickle raises several types for one mistake
+            raise TrialFailure(unpicklable(what, start_method, exc, "pickle")) from None
+        return cls(data, what, start_method)
+
+    def open(self) -> tuple[SpecRef | LoadedSpec, TrialRequest]:
+        try:
+            return pickle.loads(self.data)
+        except Exception as exc:  # noqa: BLE001 - as above
+            raise TrialFailure(unpicklable(self.what, self.start_method, exc, "unpickle")) from None
+
+
+def described(source: SpecRef | LoadedSpec) -> str:
+    """The object a trial is sent, as the user knows it: the spec file, or the dataset given as an object."""
+    if isinstance(source, SpecRef):
+        return f"the spec {source.path}"
+    return f"the dataset {type(source.dataset).__name__}" if source.dataset is not None else f"the loader {source.owner}"
+
+
+def unpicklable(what: str, start_method: str, exc: BaseException, verb: str) -> str:
+    return (f"could not {verb} {what} for a trial process started with {start_method!r}: {type(exc).__name__}: {exc}. "
+            "Such a process rebuilds what it runs from a pickle: define the dataset's class (and its collate_fn) "
+            "at the top level of an importable module, not in __main__ or inside a function")
+
+
+def _child(source: SpecRef | LoadedSpec | Parcel, request: TrialRequest | None, conn, log_path: str) -> None:
+    """Trial process entry: isolated, the request's entry run, figures to the parent as they come.
+    Started by ``forkserver`` or ``spawn``, ``source`` is a ``Parcel`` of both (``request`` None)."""
     isolate(log_path)
     spec = None
     try:
+        if isinstance(source, Parcel):
+            source, request = source.open()
+        else:
+            forget_inherited_fork_server()
         multiprocessing.set_start_method(request.start_method, force=True)
+        if request.prelude is not None:
+            request.prelude()
         loading = time.perf_counter()
         spec = load_spec(source, prepare_data=False) if isinstance(source, SpecRef) else source  # downloads ran in the scan's process
         # the soft limit counts from here, as the parent's hard one does: a slow dataset build uses it up too
@@ -82,7 +148,7 @@ def _child(source: SpecRef | LoadedSpec, request: TrialRequest, conn, log_path: 
         conn.send(Message(Kind.DONE) if error is None else Message(Kind.ERROR, error))
     except BaseException as exc:  # noqa: BLE001 - everything is reported, nothing escapes
         try:
-            conn.send(Message(Kind.ERROR, error_for(exc, spec, request.config.batch_size)))
+            conn.send(Message(Kind.ERROR, error_for(exc, spec, request.config.batch_size if request else None)))
         except (OSError, ValueError):
             pass
     finally:
@@ -98,7 +164,7 @@ def measure_trial(run: TrialRun) -> None:
             run.measured, workload=request.workload)
 
 
-def error_for(exc: BaseException, spec: LoadedSpec | None, batch_size: int) -> TrialError:
+def error_for(exc: BaseException, spec: LoadedSpec | None, batch_size: int | None) -> TrialError:
     """The TrialError for an exception raised while measuring: the dataset's, the consumer's, or ours."""
     if isinstance(exc, TrialFailure):
         return TrialError(kind="failure", message=str(exc))

@@ -27,11 +27,13 @@ import psutil
 
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.child import (
+    Parcel,
     _child,
     exit_error,
     main_module_hidden,
     scratch_dir,
 )
+from loadtune.engine.trial.measure import TrialFailure
 from loadtune.engine.trial.memory import MemorySampler
 from loadtune.engine.trial.nvml import UtilisationSampler
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, apply
@@ -140,6 +142,7 @@ class Ending(Enum):
     FAILED = "failed"  # it reported an error
     SILENT = "silent"  # its pipe closed without a word: it died
     TIMEOUT = "timeout"  # the trial's time ran out first
+    PAUSED = "paused"  # the caller's ``until`` was met: the child lives on, awaiting its next word
 
 
 @dataclass
@@ -206,27 +209,32 @@ class TrialProcess:
     """One trial's child, from its start to its clean-up: its pipe, its log file, the parent's watch."""
 
     def __init__(self, source: SpecRef | LoadedSpec, request: TrialRequest):
+        """Raises ``TrialFailure`` when what the trial runs cannot be pickled for its start method."""
         self.request = request
         self.ctx = context_for(source, request.device)
+        method = self.ctx.get_start_method()
+        args = (source, request) if method == "fork" else (Parcel.pack(source, request, method), None)
         self.conn, self.child_end = self.ctx.Pipe()  # duplex: the parent acknowledges the child's MEASURED
         fd, log_name = tempfile.mkstemp(prefix="loadtune-trial-", suffix=".log")
         os.close(fd)
         self.log_path = Path(log_name)
         self.started, self.started_wall = time.monotonic(), time.time() - 1
-        self.proc = self.ctx.Process(target=_child, args=(source, request, self.child_end, str(self.log_path)),
+        self.proc = self.ctx.Process(target=_child, args=(*args, self.child_end, str(self.log_path)),
                                      name="loadtune-trial")
         self.watch: Watch | None = None
 
     def start(self, on_event: OnEvent | None) -> None:
-        with main_module_hidden(), sigint_held():
+        forked = self.ctx.get_start_method() == "fork"  # a fork imports nothing; hidden in it, ``__main__`` would stay hidden
+        with main_module_hidden() if not forked else contextlib.nullcontext(), sigint_held():
             self.proc.start()
         self.child_end.close()
         if on_event:
             on_event(Kind.PROCESS, self.proc.pid)  # the trial's session id too: its whole tree is killed by it
         self.watch = Watch(MemorySampler(self.proc.pid, include_parent=self.ctx.get_start_method() == "forkserver"))
 
-    def receive(self, trial: Trial, on_event: OnEvent | None) -> Ending:
-        """Apply the child's messages to ``trial`` as they come, until its last one or the timeout."""
+    def receive(self, trial: Trial, on_event: OnEvent | None, until: Callable[[Message], bool] | None = None) -> Ending:
+        """Apply the child's messages to ``trial`` as they come, until its last one or the timeout (or,
+        ``until``, the first message it accepts: a child driven turn by turn, ``trial.duet``)."""
         deadline = self.started + self.request.timeout_s
         while (remaining := deadline - time.monotonic()) > 0:
             if self.conn.poll(min(0.05, remaining)):
@@ -240,6 +248,8 @@ class TrialProcess:
                 if message.kind.final:
                     return Ending.DONE if message.kind is Kind.DONE else Ending.FAILED
                 self.watch.see(message, self.conn)
+                if until is not None and until(message):
+                    return Ending.PAUSED
             self.watch.tick()
         trial.error = timeout_error(self.request.timeout_s)
         return Ending.TIMEOUT
@@ -286,7 +296,11 @@ def run_trial(source: SpecRef | LoadedSpec, request: TrialRequest, on_event: OnE
     """Run one trial in a child process and return what it measured, failed or not. ``on_event`` hears
     every message as ``(Kind, payload)`` (``Kind`` is a ``str``), and first ``Kind.PROCESS`` with the pid."""
     trial = Trial(config=request.config, status="failed")
-    child = TrialProcess(source, request)
+    try:
+        child = TrialProcess(source, request)
+    except TrialFailure as exc:
+        trial.error = TrialError(kind="failure", message=str(exc))
+        return trial
     try:
         child.start(on_event)
         ending = child.receive(trial, on_event)

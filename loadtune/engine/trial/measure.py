@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -32,8 +33,10 @@ from loadtune.engine.trial.load import LoadMeter
 from loadtune.engine.trial.prefetch import CUDAPrefetcher
 from loadtune.engine.trial.transfer import batch_info, batch_size_of, move_to, nbytes_of, unmoved_note
 from loadtune.engine.trial.workload import StepWorkload
+from loadtune.model.batch import BatchInfo
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
 from loadtune.model.estimate import estimate
+from loadtune.model.batch import BatchSizes
 from loadtune.model.results import Block
 from loadtune.model.settings import ScanOptions
 
@@ -209,6 +212,8 @@ class SampleCounter:
     def __init__(self, spec: LoadedSpec, config: TrialConfig, drop_last: bool, length: int | None = None):
         self.batch_size = config.batch_size
         self.position = 0
+        self.sizes = SizeTally() if not spec.batch_knob else None  # the loader's own batches: how they vary
+        self.declared = not spec.batch_knob and spec.batch_size is None  # its batch size was not read from it
         self.per_epoch = None
         n = None if spec.iterable or spec.own_order else length if length is not None else spec.length  # a rank: its shard
         if n is not None:
@@ -218,13 +223,49 @@ class SampleCounter:
 
     def new_epoch(self) -> None:
         self.position = 0
+        if self.sizes is not None:
+            self.sizes.end_epoch()
 
     def __call__(self, batch: Any) -> int:
         self.position += 1
         if self.per_epoch is not None:
             return self.last if self.position == self.per_epoch else self.batch_size
         n = batch_size_of(batch)
-        return n if n is not None else self.batch_size
+        n = n if n is not None else self.batch_size
+        if self.sizes is not None:
+            self.sizes.add(n)
+        return n
+
+
+class SizeTally:
+    """The sizes of the batches a loader that batches by itself hands out while they are timed. Each
+    epoch's last batch is kept apart: a short last batch is no batch size of its own."""
+
+    def __init__(self):
+        self.inner: set[int] = set()  # sizes of batches that another followed in their epoch
+        self.ends: set[int] = set()  # sizes of each epoch's last batch
+        self.held: int | None = None  # the latest batch: inner or last, as the epoch's next batch tells
+        self.samples = self.batches = 0
+
+    def add(self, n: int) -> None:
+        if self.held is not None:
+            self.inner.add(self.held)
+        self.held = n
+        self.samples += n
+        self.batches += 1
+
+    def end_epoch(self) -> None:
+        if self.held is not None:
+            self.ends.add(self.held)
+            self.held = None
+
+    def result(self) -> BatchSizes | None:
+        if not self.batches:
+            return None
+        ends = self.ends | ({self.held} if self.held is not None else set())
+        every = self.inner | ends
+        varying = len(self.inner) > 1 or (bool(self.inner) and max(ends) > max(self.inner))
+        return BatchSizes(self.samples / self.batches, min(every), max(every), varying)
 
 
 class Meter:
@@ -432,8 +473,6 @@ def measure(
     unmoved = unmoved_note(meter.pending) if config.transfer != "none" else None
     if unmoved:  # nothing reaches the device: the copy's figures would silently read 0
         emit("warning", unmoved)
-    if not spec.batch_knob and spec.batch_size is None:  # a pre-batched stream: its size was declared
-        size_warning(meter.pending, config.batch_size, emit)
     warm_up(meter, spec, config, timing, deadline, emit)
     enough = timing.enough
     if shard is not None:  # every rank measures the same window, whatever its own spread
@@ -441,27 +480,43 @@ def measure(
         meter.mark = time.perf_counter()  # the window starts now on every rank; the wait is not timed
         deadline = min(deadline, meter.mark + shard.window_s)
         enough = whole_window
-    load = LoadMeter() if shard is None else None  # a rank's peers would read as outside load
-    if load is not None:
-        load.start()
-    timed_blocks(meter, config, timing, deadline, enough, emit)
-    reading = load.stop() if load is not None else None
-    if reading is not None:
-        emit("load", reading)
-    if cuda:
-        emit("gpu_memory", gpu.usage(device, config, first))
-    if shard is not None:
-        shard.barrier("window")
-    measured()
+    finish_trial(partial(timed_blocks, meter, config, timing, deadline, enough, emit), device, config, first, emit,
+                 measured, load=shard is None, before_measured=(lambda: shard.barrier("window")) if shard else None)
     del meter  # with it the loader: shut workers down inside the trial, not in the interpreter's exit
 
 
-def size_warning(batch: Any, batch_size: int, emit: Callable[[str, Any], None]) -> None:
-    """A loader that batches by itself: say so when its first batch is not of the batch size the scan
-    was given (samples are counted from the batches either way)."""
-    n = batch_size_of(batch)
-    if n is not None and n != batch_size:
-        emit("warning", f"the loader's first batch holds {n} samples, not the batch size {batch_size} the scan was given: "
+def finish_trial(timed: Callable[[], None], device: torch.device, config: TrialConfig, first: BatchInfo | None,
+                 emit: Callable[[str, Any], None], measured: Callable[[], None], load: bool = True,
+                 before_measured: Callable[[], None] | None = None) -> None:
+    """The timed part of a trial (``timed``) and what every trial reports after it: who else kept the
+    cores busy meanwhile (``load``: not for a rank, whose peers would read as outside load), the
+    device's memory (``first``: the first batch, for its pinned bytes), then ``measured`` with the
+    loaders still alive for the parent's memory sample."""
+    meter = LoadMeter() if load else None
+    if meter is not None:
+        meter.start()
+    timed()
+    reading = meter.stop() if meter is not None else None
+    if reading is not None:
+        emit("load", reading)
+    if device.type == "cuda":
+        emit("gpu_memory", gpu.usage(device, config, first))
+    if before_measured is not None:
+        before_measured()
+    measured()
+
+
+def batch_sizes(count: SampleCounter, batch_size: int, emit: Callable[[str, Any], None]) -> None:
+    """A loader that batches by itself: the sizes of the batches timed, and a warning when they are all
+    of one size other than the batch size declared for it. Batches that vary by design (a token
+    budget) have no one size to declare: they are labelled by their mean, and nothing is said."""
+    sizes = count.sizes.result() if count.sizes is not None else None
+    if sizes is None:
+        return
+    emit("batch_sizes", sizes)
+    if count.declared and not sizes.varying and sizes.largest != batch_size:
+        n = sizes.largest
+        emit("warning", f"the loader's batches hold {n} samples, not the batch size {batch_size} the scan was given: "
                         f"samples/s counts what arrives, but labels and check's calibration use {batch_size}; set batch_size to {n}")
 
 
@@ -513,6 +568,8 @@ def timed_blocks(meter: Meter, config: TrialConfig, timing: Timing, deadline: fl
     # many workers deliver in bursts: a block spans at least two batches per worker, so its rate is
     # not just the luck of which burst fell inside it
     block_batches = max(1, 2 * config.num_workers)
+    if meter.count.sizes is not None:
+        meter.count.sizes = SizeTally()  # the batches timed, not the warm-up's
     cpu_start = tree_cpu_s(meter.loader_iterator)  # twice per trial, outside the hot loop and the blocks:
     meter.mark = time.perf_counter()  # reading 64 workers' counters takes milliseconds, which are not the loader's
     while not enough(rates) and time.perf_counter() < deadline:
@@ -520,6 +577,7 @@ def timed_blocks(meter: Meter, config: TrialConfig, timing: Timing, deadline: fl
         if block.batches:
             rates.append(block.rate)
             emit("block", block)
+    batch_sizes(meter.count, config.batch_size, emit)
     cpu_end = tree_cpu_s(meter.loader_iterator)
     if (rates and cpu_start[0] is not None and cpu_end[0] is not None and cpu_start[1] == cpu_end[1]
             and len(cpu_end[1]) == config.num_workers):

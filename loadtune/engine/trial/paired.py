@@ -1,46 +1,49 @@
 """Loaders timed in turn in one process: ``check``'s config beside its shaped calibration (and
-PyTorch's defaults, unless the config is them).
+PyTorch's defaults, unless the config is them), and a scan's race of contenders.
 
-The config and the calibration are built with the same knobs, consumer and device; the defaults with
-PyTorch's own knobs over the same dataset. All live in one trial process, and their timed blocks take
-turns (``model.paired.turn_order``: D C K, K C D, D C K, ...), so that another process's load, a
-machine whose pace changes every few seconds, or drift within the round hit them alike: the ratio of
-neighbouring blocks measures the dataset against a fixed workload (and the config against PyTorch's
-defaults), not the machine's mood. Trials of their own, seconds apart, could not: a neighbour's job
-that starts between them moves one and not the other.
+Every loader lives in the one trial process, built with its own knobs over the same dataset (the
+calibration over a synthetic one), and their timed blocks take turns, so that another process's load,
+a machine whose pace changes every few seconds, or drift within the trial hit them alike: the ratio
+of neighbouring blocks measures one loader against the other, not the machine's mood. Trials of their
+own, seconds apart, could not: a neighbour's job that starts between them moves one and not the other.
 
-While one loader runs, the others' workers finish what they were asked for and wait; before its next
-timed block, the batches finished ahead are consumed untimed, so every block times steady-state work.
-A loader whose short epochs are measured whole rests at an epoch boundary and has no backlog.
+While one loader runs, the others rest. Before a resting loader's next timed block, the batches its
+workers finished ahead are consumed untimed (``resume``), so every block times steady-state work; after
+its block, its workers finish what they were asked for before the next loader's block starts
+(``settle``), so a block's rate is its loader's alone, not shared with a neighbour's workers still
+busy. A loader whose short epochs are measured whole rests at an epoch boundary and has no backlog.
 """
 
 from __future__ import annotations
 
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterator
+from functools import partial
 from typing import Any
 
 import torch
 
 from loadtune.engine.spec import LoadedSpec
-from loadtune.engine.trial import gpu
-from loadtune.engine.trial.load import LoadMeter
 from loadtune.engine.trial.measure import (
     LoaderOptions,
     Meter,
     Timing,
     build_meter,
+    finish_trial,
     open_device,
     ready_batches,
     warm_up,
 )
 from loadtune.engine.trial.transfer import batch_info
 from loadtune.engine.trial.workload import StepWorkload
+from loadtune.model.batch import BatchInfo
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
 
 MIN_PAIRS = 2  # turns per paired trial at least: one has no spread of its own
 KINDS = {CONFIG: "block", CALIBRATION: "calibration", DEFAULTS: "defaults"}  # the message each loader's blocks go out as
+SETTLE_POLL_S = 0.002  # how often a loader's in-flight work is looked at after its block
 
 
 def pairs_for(timing: Timing) -> int:
@@ -48,6 +51,44 @@ def pairs_for(timing: Timing) -> int:
     as long (short neighbours share more of the machine's moods). A round is short, since what limits
     a check is the spread between rounds (fresh processes), which only more rounds narrow."""
     return max(MIN_PAIRS, timing.blocks // 2)
+
+
+Loaders = dict[Hashable, tuple[LoadedSpec, TrialConfig]]  # each loader of the trial, by its role
+
+
+def open_meters(loaders: Loaders, device: torch.device, timing: Timing, options: LoaderOptions,
+                workload: StepWorkload | None, deadline: float,
+                emit: Callable[[Hashable, str, Any], None]) -> tuple[dict[Hashable, Meter], dict[Hashable, BatchInfo]]:
+    """Every loader built, started (``emit(role, "startup", s)``) and warmed up (``emit(role, "warmup",
+    Block)``), one after the other, before any is timed; ``emit(role, "batch", BatchInfo)`` once each.
+    Returns the meters and each loader's first batch."""
+    if device.type == "cuda":
+        open_device(device)
+    meters = {role: build_meter(s, c, device, timing, options, workload, None) for role, (s, c) in loaders.items()}
+    firsts = {}
+    for role, meter in meters.items():
+        spec, config = loaders[role]
+        emit(role, "startup", meter.startup())
+        firsts[role] = batch_info(meter.pending)
+        emit(role, "batch", firsts[role])
+        warm_up(meter, spec, config, timing, deadline, lambda kind, payload, r=role: emit(r, kind, payload))
+    return meters, firsts
+
+
+def take_turns(meters: dict[Hashable, Meter], loaders: Loaders, orders: Iterator[tuple[Hashable, ...]], block_s: float,
+               deadline: float, emit: Callable[[Hashable, str, Any], None], settle_loaders: bool = False) -> None:
+    """One timed block per loader per turn, in each turn's order, until the orders or the time run
+    out; a turn cut by the deadline is not finished. ``settle_loaders``: after its block, a loader's
+    workers finish their work before the next block starts (at most one block's length)."""
+    for order in orders:
+        for role in order:
+            meter, config = meters[role], loaders[role][1]
+            resume(meter, deadline)
+            emit(role, "block", meter.phase(block_s, max(1, 2 * config.num_workers), deadline))
+            if settle_loaders:
+                settle(meter, min(deadline, time.perf_counter() + block_s))
+        if time.perf_counter() > deadline:
+            return
 
 
 def measure_alternating(
@@ -68,34 +109,61 @@ def measure_alternating(
     ``("defaults", Block)`` for the third, one block each per turn, each turn the reverse order of the
     one before (``config_first``: the config before the calibration in the first)."""
     deadline = time.perf_counter() + timing.max_s
-    if device.type == "cuda":
-        open_device(device)
-    loaders = {CONFIG: (spec, config), CALIBRATION: (other, config)} | ({DEFAULTS: (spec, defaults)} if defaults else {})
-    meters = {role: build_meter(s, c, device, timing, options, workload, None) for role, (s, c) in loaders.items()}
-    emit("startup", meters[CONFIG].startup())
-    first = batch_info(meters[CONFIG].pending)
-    emit("batch", first)
-    for role, meter in meters.items():
-        if role != CONFIG:
-            meter.startup()
-        s, c = loaders[role]
-        warm_up(meter, s, c, timing, deadline, emit if role == CONFIG else lambda kind, payload: None)
-    load = LoadMeter()
-    load.start()
-    block_s = timing.block_s / 2
-    for i in range(pairs_for(timing)):
-        for role in turn_order(defaults is not None, (i % 2 == 0) == config_first):
-            resume(meters[role], deadline)
-            emit(KINDS[role], meters[role].phase(block_s, max(1, 2 * loaders[role][1].num_workers), deadline))
-        if time.perf_counter() > deadline:
-            break
-    reading = load.stop()
-    if reading is not None:
-        emit("load", reading)
-    if device.type == "cuda":
-        emit("gpu_memory", gpu.usage(device, config, first))
-    measured()
+    loaders: Loaders = {CONFIG: (spec, config), CALIBRATION: (other, config)} | ({DEFAULTS: (spec, defaults)} if defaults else {})
+
+    def relay(role: Hashable, kind: str, payload: Any) -> None:
+        if role == CONFIG:  # the trial's own figures are the config's
+            emit(kind, payload)
+        elif kind == "block":
+            emit(KINDS[role], payload)
+
+    meters, firsts = open_meters(loaders, device, timing, options, workload, deadline, relay)
+    orders = (turn_order(defaults is not None, (i % 2 == 0) == config_first) for i in range(pairs_for(timing)))
+    finish_trial(partial(take_turns, meters, loaders, orders, timing.block_s / 2, deadline, relay), device, config,
+                 firsts[CONFIG], emit, measured)
     del meters  # with them the loaders: workers shut down inside the trial
+
+
+def race_orders(count: int, pairs: int, seed: int) -> Iterator[tuple[int, ...]]:
+    """The race's turns: a shuffled order of the ``count`` loaders, then its reverse, ``pairs`` times.
+    Over each pair every loader sits at the same mean position, so drift that is linear within the
+    pair's span hits every loader alike, and the pair's ratios are free of it."""
+    rng = random.Random(seed)
+    for _ in range(pairs):
+        order = list(range(count))
+        rng.shuffle(order)
+        yield tuple(order)
+        yield tuple(reversed(order))
+
+
+def measure_race(
+    spec: LoadedSpec,
+    configs: list[TrialConfig],
+    device: torch.device,
+    timing: Timing,
+    options: LoaderOptions,
+    emit: Callable[[str, Any], None],
+    pairs: int,
+    seed: int = 0,
+    workload: StepWorkload | None = None,
+    measured: Callable[[], None] = lambda: None,
+) -> None:
+    """A leg of a scan's race: every config's loader alive at once, their blocks taking turns in
+    ``race_orders``; each loader's figures go out as ``("race", (index, kind, payload))``."""
+    deadline = time.perf_counter() + timing.max_s
+    loaders: Loaders = {i: (spec, c) for i, c in enumerate(configs)}
+
+    def tagged(role: Hashable, kind: str, payload: Any) -> None:
+        if kind == "warning":
+            emit("warning", payload)
+        elif kind in ("startup", "batch", "warmup", "block"):
+            emit("race", (role, kind, payload))
+
+    meters, firsts = open_meters(loaders, device, timing, options, workload, deadline, tagged)
+    orders = race_orders(len(configs), pairs, seed)
+    finish_trial(partial(take_turns, meters, loaders, orders, timing.block_s / 2, deadline, tagged, settle_loaders=True),
+                 device, configs[0], firsts[0], emit, measured)
+    del meters
 
 
 def resume(meter: Meter, deadline: float) -> None:
@@ -107,3 +175,23 @@ def resume(meter: Meter, deadline: float) -> None:
     iterator = meter.loader_iterator
     ahead = ready_batches(iterator) if iterator is not None else None
     meter.phase(0.0, max(1, ahead or 0), deadline)
+
+
+def in_flight(iterator: Any) -> int:
+    """Batches the loader's workers were asked for and are still making (0 without workers, or where
+    this torch keeps them elsewhere)."""
+    ready = ready_batches(iterator)
+    outstanding = getattr(iterator, "_tasks_outstanding", None)
+    if ready is None or not isinstance(outstanding, int):
+        return 0
+    return max(0, outstanding - ready)
+
+
+def settle(meter: Meter, until: float) -> None:
+    """Wait, untimed, until the loader's workers have finished the batches they were asked for (or
+    ``until``): a resting loader's workers must not share the cores with the next loader's block."""
+    iterator = meter.loader_iterator
+    if iterator is None:
+        return
+    while in_flight(iterator) and time.perf_counter() < until:
+        time.sleep(SETTLE_POLL_S)

@@ -35,11 +35,13 @@ class Kind(StrEnum):
     DEVICE = "device"  # the CUDA device's identity, for the parent's NVML sampler
     STARTUP = "startup"  # seconds from iter(loader) to the first batch
     BATCH = "batch"  # the first batch's BatchInfo
+    BATCH_SIZES = "batch_sizes"  # the BatchSizes of the batches timed, where the loader batches by itself
     WARMUP = "warmup"  # the warm-up Block: timed blocks follow
     WARNING = "warning"  # a sentence for the report
     BLOCK = "block"  # one timed Block
     CALIBRATION = "calibration"  # one timed Block of the shaped calibration, between the config's (check)
     DEFAULTS = "defaults"  # one timed Block of PyTorch's defaults, beside the config's (check)
+    RACE = "race"  # a raced loader's figure, as (index, "startup" | "batch" | "warmup" | "block", payload): engine.race reads them
     CPU = "cpu"  # CPU seconds of the loader's processes over the timed blocks
     LOAD = "load"  # the LoadReading over the timed blocks: the machine's CPUs against the trial's own
     GPU_MEMORY = "gpu_memory"  # the device's GPUUsage (allocator peaks, pinned memory)
@@ -47,6 +49,8 @@ class Kind(StrEnum):
     STAGES = "stages"  # the profiling run's StageCosts
     MEASURED = "measured"  # the loaders are at steady state, held alive until the parent's ACK
     ACK = "ack"  # parent to child: the memory sample is taken, tear down
+    TURN = "turn"  # parent to child (``trial.duet``): time one block of this many seconds now; None: stop
+    ORIGINS = "origins"  # where the spec's own modules were loaded from (``trial.duet``: each side imports its own code)
     BARRIER = "barrier"  # rank to agent: it reached the named barrier
     RANK = "rank"  # to ``on_event`` only: a rank's message, as (rank, local rank, kind, payload)
     ERROR = "error"  # the TrialError (from a rank to its agent: a RankFailure); the last message
@@ -155,6 +159,7 @@ class TrialRequest:
     ranks: RankSetup | None = None  # several ranks per trial: ``distributed.agent.with_ranks`` sets the agent's entry
     entry: Entry | None = None  # what the child runs; None: the timed measurement (``child.measure_trial``)
     needs_blocks: bool = True  # a trial is ok only with timed blocks; False for an entry that measures none
+    prelude: Callable[[], None] | None = None  # run in the child before the spec loads (``trial.duet``: a revision's own folder)
 
     def __post_init__(self) -> None:
         if self.ranks is not None and self.entry is None:
@@ -217,6 +222,7 @@ RULES: dict[Kind, Rule] = {
     Kind.MEMORY: Rule(Scope.RANK, lambda figures, m: setattr(figures, "memory_bytes", m.payload)),
     Kind.WARNING: Rule(Scope.TRIAL, add_warning),
     Kind.BATCH: Rule(Scope.TRIAL, first_batch),
+    Kind.BATCH_SIZES: Rule(Scope.TRIAL, lambda trial, m: setattr(trial, "batch_sizes", m.payload)),  # one loader only
     Kind.CPU: Rule(Scope.TRIAL, add_cpu),
     Kind.LOAD: Rule(Scope.TRIAL, lambda trial, m: setattr(trial, "load", m.payload)),  # one loader only
     Kind.GPU_MEMORY: Rule(Scope.TRIAL, fullest_gpu),

@@ -198,7 +198,7 @@ def batch_info(batch: Any) -> BatchInfo:
     """What one batch holds, for the result: its bytes and each tensor's dtype and shape."""
     leaves = list(tensors_of(batch))
     return BatchInfo(sum(t.nelement() * t.element_size() for t in leaves),
-                     [(str(t.dtype).removeprefix("torch."), list(t.shape)) for t in leaves])
+                     [(str(t.dtype).removeprefix("torch."), list(t.shape)) for t in leaves], batch_size_of(batch))
 
 
 def type_name(obj: Any) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from loadtune.engine.trial.transfer import tensors_of
+from loadtune.model.known import from_known
 
 MIN_MATMULS = 4  # a step of at least this many matmuls, so its length has a resolution of a quarter
 SIZES = {"cuda": (2048, 1024, 512, 256, 128, 64), "cpu": (256, 128, 64, 32, 16)}
@@ -58,7 +59,7 @@ class StepWorkload:
 
     @classmethod
     def from_dict(cls, data: dict) -> StepWorkload:
-        return cls(**data)
+        return from_known(cls, data)
 
 
 class SyntheticStep:

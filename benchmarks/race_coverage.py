@@ -1,0 +1,137 @@
+"""Does the race's ratio interval hold what long runs of a plain DataLoader give?
+
+For a pair of configs on each archetype (two worker counts a scan would weigh against each other),
+``--races`` races of the two (``engine.race.race``, legs of real trial processes, the scan's defaults)
+each give a ratio a / b with its 95% interval. The reference is what a user's own loop gets: long runs
+of a plain ``DataLoader`` loop (``for batch in loader``, a warm-up, then ``--long-s`` seconds timed), one
+process per run, the two configs interleaved (a b, b a, ...) over ``--long-rounds`` rounds; its ratio is
+the geometric mean of the rounds' ratios. Races and long runs alternate per archetype. Reported: how
+many race intervals hold the long-run ratio, and their half-widths.
+
+    python benchmarks/race_coverage.py --races 3 --long-rounds 4 --out benchmarks/race_coverage.json
+
+Run alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from loadtune.analysis.race import race_ratio, verdict
+from loadtune.engine.race import RaceRun, race, run_leg
+from loadtune.engine.spec import SpecRef
+from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import write_atomic
+from loadtune.model.settings import NOISE_FLOOR, ScanOptions
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from meta import run_meta  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def worker_config(batch: int, workers: int) -> TrialConfig:
+    return TrialConfig(batch, workers, False, 2 if workers else None, bool(workers))
+
+
+PAIRS = {  # archetype: (batch size, worker counts a, b): neighbours a scan weighs
+    "cpu_bound": (32, 1, 2),
+    "heavy_tail": (32, 2, 4),
+    "iterable": (32, 0, 2),
+    "large_tensors": (32, 0, 2),
+    "storage_latency": (32, 16, 32),
+    "tiny_dataset": (16, 0, 2),
+}
+
+PLAIN_LOOP = """
+import sys, time, importlib.util, torch
+from torch.utils.data import DataLoader, IterableDataset
+spec = importlib.util.spec_from_file_location("archetype", sys.argv[1]); mod = importlib.util.module_from_spec(spec)
+sys.modules["archetype"] = mod; spec.loader.exec_module(mod)
+ds = mod.dataset(); batch, workers, warm, timed = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+kw = dict(prefetch_factor=2, persistent_workers=True) if workers else {}
+loader = DataLoader(ds, batch_size=batch, shuffle=not isinstance(ds, IterableDataset), num_workers=workers, **kw)
+clock = time.perf_counter; start = None; samples = 0; warm_until = clock() + warm
+while True:
+    for b in loader:
+        now = clock()
+        if start is None:
+            if now >= warm_until:
+                start = now
+            continue
+        samples += len(b[0]) if isinstance(b, (list, tuple)) else len(b)
+        if now - start >= timed:
+            print(samples / (now - start)); sys.exit(0)
+"""
+
+
+def plain_rate(spec: str, batch: int, workers: int, warm_s: float, timed_s: float) -> float:
+    out = subprocess.run([sys.executable, "-c", PLAIN_LOOP, spec, str(batch), str(workers), str(warm_s), str(timed_s)],
+                         capture_output=True, text=True, check=True, timeout=300)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int) -> dict:
+    opts = ScanOptions()
+    timing = Timing(warmup_s=opts.warmup, block_s=opts.block_time, blocks=opts.blocks, max_s=opts.timeout * 0.8,
+                    min_blocks=opts.min_blocks)
+    request = TrialRequest(a, "cpu", timing, LoaderOptions(shuffle=True, seed=seed), opts.timeout, "fork")
+    trials: list = []
+    started = time.monotonic()
+    run = RaceRun(lambda cs, n: run_leg(SpecRef(spec), request, cs, n, seed * 100 + n), lambda s: True, trials.extend)
+    how = race(trials, [a, b], NOISE_FLOOR, run, opts.race_legs)
+    r = race_ratio(trials, a, b)
+    v = verdict(trials, NOISE_FLOOR)
+    return {"ratio": r.value, "low": r.low, "high": r.high, "pairs": r.pairs, "legs": r.legs, "ended": how,
+            "leader": v.leader.label(), "seconds": time.monotonic() - started}
+
+
+def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as one procedure
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--archetypes", default=",".join(PAIRS))
+    p.add_argument("--races", type=int, default=3)
+    p.add_argument("--long-rounds", type=int, default=4)
+    p.add_argument("--long-s", type=float, default=10.0)
+    p.add_argument("--warm-s", type=float, default=3.0)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    out = {"meta": run_meta(), "command": " ".join(sys.argv), "archetypes": {}}
+    for name in args.archetypes.split(","):
+        batch, wa, wb = PAIRS[name]
+        spec = str(HERE / "archetypes" / f"{name}.py")
+        a, b = worker_config(batch, wa), worker_config(batch, wb)
+        races, rounds = [], []
+        for i in range(max(args.races, args.long_rounds)):
+            if i < args.long_rounds:
+                order = [(wa, "a"), (wb, "b")] if i % 2 == 0 else [(wb, "b"), (wa, "a")]
+                got = {k: plain_rate(spec, batch, w, args.warm_s, args.long_s) for w, k in order}
+                rounds.append(got)
+            if i < args.races:
+                races.append(one_race(spec, a, b, i))
+            print(f"{name} {i + 1}: long {rounds[-1] if i < args.long_rounds else '-'} race "
+                  f"{races[-1] if i < args.races else '-'}", flush=True)
+        truth = math.exp(statistics.fmean(math.log(r["a"] / r["b"]) for r in rounds))
+        held = sum(1 for r in races if r["low"] <= truth <= r["high"])
+        out["archetypes"][name] = {"a": a.label(), "b": b.label(), "long_ratio": truth, "long_rounds": rounds,
+                                   "races": races, "held": held,
+                                   "halfwidths": [max(r["high"] / r["ratio"] - 1, 1 - r["low"] / r["ratio"]) for r in races]}
+        all_races = [r for v in out["archetypes"].values() for r in v["races"]]
+        out["summary"] = {"held": sum(v["held"] for v in out["archetypes"].values()), "races": len(all_races),
+                          "median_halfwidth": statistics.median(h for v in out["archetypes"].values() for h in v["halfwidths"]),
+                          "median_race_seconds": statistics.median(r["seconds"] for r in all_races)}
+        write_atomic(Path(args.out), json.dumps(out, indent=1) + "\n")
+        print(f"{name}: long-run ratio {truth:.3f}; race intervals holding it: {held}/{len(races)}", flush=True)
+    print(json.dumps(out["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""The race's decisions, as pure functions of its legs: how two raced configs compare side by side,
+and where each stands against the leader.
+
+A leg is one trial process in which every raced config's loader is alive and their timed blocks take
+turns, a shuffled order and then its reverse (a turn pair). Each config's blocks in the leg are saved
+as a trial of its own (``Trial.raced``, ``round`` the leg's number), block ``i`` of every one of them
+timed in turn ``i``. The observation that compares two configs is one turn pair's mean of
+``log(a / b)``: neighbouring blocks, in an order that cancels drift within the pair, so what the
+machine does meanwhile hits both alike. Turn pairs are the batches of a batch-means interval:
+consecutive blocks are correlated (a neighbour's burst spans several), turn pairs far less so, and
+legs (fresh processes) add what differs from one process to the next.
+
+A config stands against the leader as ``slower`` (its ratio below ``1 - floor`` with 95% confidence,
+one-sided), ``tied`` (above ``1 - floor`` with 95% confidence: it cannot be more than the floor slower;
+the two one-sided tests of an equivalence test), or ``undecided``. The race goes on with the leader
+and the undecided. When it ends, the pick is the cheapest of the leader, those tied with it, and those
+still undecided whose ratio lies within the floor (``close``: no test could separate them, and their
+measured difference is smaller than a worker is worth); an undecided config further behind is never
+picked over the leader.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from loadtune.model.config import TrialConfig
+from loadtune.model.estimate import t975
+from loadtune.model.results import Trial
+
+MIN_PAIRS = 3  # turn pairs before a ratio gets an interval: fewer give t(1), t(2) intervals that decide nothing
+# Student's t, 95% one-sided (the 90% two-sided quantile), by degrees of freedom: the decisions' bounds
+T95 = [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
+       1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697]
+
+LEADER, TIED, SLOWER, UNDECIDED = "leader", "tied", "slower", "undecided"
+
+
+@dataclass(frozen=True)
+class RaceRatio:
+    """``a / b`` side by side in the race: the mean over turn pairs (geometric), its 95% interval, and
+    how many turn pairs and legs it rests on."""
+
+    value: float
+    low: float
+    high: float
+    pairs: int
+    legs: int
+    sure_low: float = 0.0  # one-sided 95% bounds: what the verdicts test against the floor
+    sure_high: float = math.inf
+
+    @property
+    def halfwidth(self) -> float:
+        """The interval's half-width, relative (the larger side)."""
+        return max(self.high / self.value - 1, 1 - self.low / self.value)
+
+    def text(self) -> str:
+        return f"{self.value:.2f}× ({self.low:.2f}–{self.high:.2f})"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a raced config stands against the leader: its ratio to it (None for the leader) and the verdict."""
+
+    config: TrialConfig
+    status: str  # LEADER, TIED, SLOWER, UNDECIDED
+    ratio: RaceRatio | None
+
+
+@dataclass(frozen=True)
+class RaceVerdict:
+    """The race so far: the leader and every other raced config's standing against it."""
+
+    leader: TrialConfig
+    standings: list[Standing]
+
+    @property
+    def undecided(self) -> list[TrialConfig]:
+        return [s.config for s in self.standings if s.status == UNDECIDED]
+
+    @property
+    def decided(self) -> bool:
+        return not self.undecided
+
+    def standing(self, config: TrialConfig) -> Standing | None:
+        return next((s for s in self.standings if s.config == config), None)
+
+
+def legs(trials: list[Trial]) -> dict[int, dict[TrialConfig, Trial]]:
+    """The race's legs by number: each raced config's trial in it."""
+    out: dict[int, dict[TrialConfig, Trial]] = {}
+    for t in trials:
+        if t.raced:
+            out.setdefault(t.round, {})[t.config] = t
+    return out
+
+
+def raced_configs(trials: list[Trial]) -> list[TrialConfig]:
+    """Every config that ran in a leg that measured it, in order of first appearance."""
+    return list(dict.fromkeys(t.config for t in trials if t.raced and t.ok))
+
+
+def pair_logs(a: Trial, b: Trial) -> list[float]:
+    """One leg's observations of ``a / b``: per turn pair, the mean of the two turns' log ratios. A pair
+    counts only when both loaders completed a block in both its turns."""
+    out = []
+    for k in range(0, min(len(a.blocks), len(b.blocks)) - 1, 2):
+        ra = (a.blocks[k].rate, a.blocks[k + 1].rate)
+        rb = (b.blocks[k].rate, b.blocks[k + 1].rate)
+        if min(ra + rb) > 0:
+            out.append((math.log(ra[0] / rb[0]) + math.log(ra[1] / rb[1])) / 2)
+    return out
+
+
+def race_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> RaceRatio | None:
+    """``a / b`` from every leg that raced both; None before ``MIN_PAIRS`` turn pairs."""
+    groups = []
+    for leg in legs(trials).values():
+        ta, tb = leg.get(a), leg.get(b)
+        if ta is not None and tb is not None and ta.ok and tb.ok:
+            got = pair_logs(ta, tb)
+            if got:
+                groups.append(got)
+    logs = [x for g in groups for x in g]
+    n = len(logs)
+    if n < MIN_PAIRS:
+        return None
+    mean = statistics.fmean(logs)
+    se, df = mean_error(groups)
+    half, sure = t975(df) * se, t95(df) * se
+    return RaceRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, len(groups),
+                     math.exp(mean - sure), math.exp(mean + sure))
+
+
+def mean_error(groups: list[list[float]]) -> tuple[float, int]:
+    """Standard error of the mean of the turn pairs, and its degrees of freedom, with legs as groups.
+
+    Within a leg the pairs share a process: its workers' placement on the cores, its memory layout.
+    When the legs' means disagree beyond what their pairs' spread explains, that process-to-process
+    component is added for the mean over legs (a one-way random-effects model; Satterthwaite's degrees
+    of freedom), so a ratio that differs from one process to the next is not credited with the
+    precision of its many pairs. When they agree, it is the plain standard error over the pairs."""
+    logs = [x for g in groups for x in g]
+    n, k = len(logs), len(groups)
+    if k < 2 or n - k < 1:
+        return statistics.stdev(logs) / math.sqrt(n), n - 1
+    within = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups) / (n - k)
+    m = n / k  # pairs per leg, on average
+    between = statistics.variance([statistics.fmean(g) for g in groups])  # of the legs' means
+    extra = max(0.0, between - within / m)  # what the legs add beyond their pairs' noise
+    a, b = within / n, extra / k
+    if b <= 0:
+        pooled = statistics.variance(logs)
+        return math.sqrt(pooled / n), n - 1
+    df = (a + b) ** 2 / (a * a / (n - k) + b * b / (k - 1))
+    return math.sqrt(a + b), max(1, int(df))
+
+
+def t95(df: int) -> float:
+    """Student's t, 95% one-sided, for ``df`` >= 1 (1.645 past the table)."""
+    return T95[df - 1] if df <= len(T95) else 1.645
+
+
+def leader_of(trials: list[Trial], configs: list[TrialConfig]) -> TrialConfig | None:
+    """The config that the race puts ahead: the one whose worst ratio to any other is highest (it beats
+    every other where there is such a config)."""
+    def worst(c: TrialConfig) -> float:
+        ratios = [r.value for d in configs if d != c and (r := race_ratio(trials, c, d)) is not None]
+        return min(ratios, default=-math.inf)
+
+    return max(configs, key=worst, default=None)
+
+
+def standing_of(ratio: RaceRatio | None, floor: float) -> str:
+    """A config's verdict against the leader from their ratio (config / leader)."""
+    if ratio is None:
+        return UNDECIDED
+    if ratio.sure_high < 1 - floor:
+        return SLOWER
+    if ratio.sure_low >= 1 - floor:
+        return TIED
+    return UNDECIDED
+
+
+def close(standing: Standing, floor: float) -> bool:
+    """Undecided, and its measured ratio to the leader within the floor: picked like a tied config once
+    the race has ended (no test separated them, and the difference measured is not worth a worker)."""
+    return standing.status == UNDECIDED and standing.ratio is not None and standing.ratio.value >= 1 - floor
+
+
+def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
+    """Where every raced config stands against the leader; None before any leg measured."""
+    configs = raced_configs(trials)
+    leader = leader_of(trials, configs)
+    if leader is None:
+        return None
+    standings = [Standing(leader, LEADER, None)]
+    for c in configs:
+        if c != leader:
+            ratio = race_ratio(trials, c, leader)
+            standings.append(Standing(c, standing_of(ratio, floor), ratio))
+    return RaceVerdict(leader, standings)
+
+
+def next_leg(v: RaceVerdict) -> list[TrialConfig]:
+    """Who races on: the leader and the undecided (nobody when all are decided)."""
+    return [v.leader, *v.undecided] if v.undecided else []
+
+
+def race_order(trials: list[Trial], floor: float) -> list[TrialConfig]:
+    """The raced configs as the race ranks them: the leader, then the others by their ratio to it."""
+    v = verdict(trials, floor)
+    if v is None:
+        return []
+    rest = sorted((s for s in v.standings if s.status != LEADER), key=lambda s: -(s.ratio.value if s.ratio else 0.0))
+    return [v.leader, *(s.config for s in rest)]
+
+
+def relative_to(trials: list[Trial], pick: TrialConfig) -> dict[TrialConfig, RaceRatio]:
+    """Every raced config's ratio to ``pick``, side by side (where they shared enough turn pairs)."""
+    return {c: r for c in raced_configs(trials) if c != pick and (r := race_ratio(trials, c, pick)) is not None}

@@ -1,0 +1,68 @@
+"""Who races: the contenders the screening found, chosen as pure functions of what it measured.
+
+The screening times each config alone, in its own process, minutes apart from the others: enough to
+find the region worth racing, not to tell configs 10% apart. The race then times the contenders
+side by side (``engine/race.py``; its decisions in ``analysis/race.py``). It takes the fastest
+screened configs, the cheapest config the screening could not tell from the fastest (the pick if the
+race ties them), and PyTorch's defaults or the user's current settings (so the gain over them is a
+paired verdict too), while their loaders, alive together, fit in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loadtune.analysis.recommend import baseline_for, contenders
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import ConfigResult, ScanResult, by_config
+
+MAX_RACERS = 5  # loaders alive at once in a leg, at most: each turn pair takes two blocks of each
+FASTEST = 3  # of the screening's fastest configs
+MEMORY_SHARE = 0.5  # the live loaders together may hold this share of the memory available, without --max-memory
+
+
+@dataclass(frozen=True)
+class Entrants:
+    """The race's configs, in order of priority, and the contenders left out for memory."""
+
+    configs: list[TrialConfig]
+    left_out: list[TrialConfig]
+
+
+def screened(result: ScanResult) -> list[ConfigResult]:
+    """Every config measured alone in the search (round 0)."""
+    return by_config([t for t in result.trials if t.round == 0 and not t.raced])
+
+
+def entrants(result: ScanResult, noise_floor: float, memory_limit: int) -> Entrants:
+    """The configs to race: the cheapest contender, the fastest, the defaults (or the user's current
+    settings), then the next fastest contenders, up to ``MAX_RACERS`` and while the peak memory of
+    their screening runs, summed, stays under ``memory_limit`` (a config whose memory was not measured
+    counts as the largest measured)."""
+    configs = screened(result)
+    tied = contenders(configs, noise_floor)
+    if not tied:
+        return Entrants([], [])
+    by_speed = sorted(tied, key=lambda c: c.estimate.median, reverse=True)
+    base = baseline_for(configs, tied[0].config.batch_size, result.settings.current)
+    wanted = [tied[0], by_speed[0]] + ([base] if base is not None else []) + by_speed[1:FASTEST] + tied[1:]
+    chosen: list[TrialConfig] = []
+    left_out: list[TrialConfig] = []
+    used = 0
+    largest = max((c.memory.peak_bytes for c in configs if c.memory), default=0)
+    for c in {c.config: c for c in wanted}.values():
+        if len(chosen) == MAX_RACERS:
+            break
+        need = c.memory.peak_bytes if c.memory else largest
+        if chosen and used + need > memory_limit:
+            left_out.append(c.config)
+            continue
+        chosen.append(c.config)
+        used += need
+    return Entrants(chosen if len(chosen) >= 2 else [], left_out)
+
+
+def race_memory_limit(max_memory: int | None, memory_available: int) -> int:
+    """What the live loaders of a leg may hold together: ``--max-memory`` when given (it holds for
+    all of them at once), else a share of what the machine has free."""
+    return max_memory if max_memory else int(MEMORY_SHARE * memory_available)

@@ -1,0 +1,210 @@
+"""The race: contenders' loaders alive together in one process, their short blocks taking turns. Its
+decisions as pure functions over seeded simulations (drift the loaders share, block noise, a 10%
+difference, identical configs), the legs' orchestration with simulated legs, then a real race."""
+
+import math
+import random
+from dataclasses import replace
+
+import pytest
+from conftest import SPECS, empty_result, fake_trial, quick_request
+
+from loadtune.analysis.race import (SLOWER, TIED, UNDECIDED, close, next_leg, pair_logs, race_order, race_ratio,
+                                    relative_to, standing_of, verdict)
+from loadtune.analysis.recommend import recommend
+from loadtune.engine import race as race_mod
+from loadtune.engine.race import RaceRun, ending_note, race
+from loadtune.engine.trial.paired import race_orders
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import Block, Trial
+from loadtune.search.race import MAX_RACERS, entrants
+
+W0, W1, W2, W4 = (TrialConfig(32, w, False, 2 if w else None, bool(w)) for w in (0, 1, 2, 4))
+FLOOR = 0.02
+
+
+def simulated_leg(rates: dict, number: int, rng: random.Random, pairs: int = 4, block_noise: float = 0.04,
+                  drift: float = 0.05, process: float = 0.0) -> list[Trial]:
+    """One leg: a shared random walk of the machine's pace, independent noise per block, and (``process``)
+    a level each config's loaders land on in this process."""
+    levels = {c: math.exp(rng.gauss(0, process)) for c in rates}
+    trials = {c: Trial(c, "ok", raced=True, round=number) for c in rates}
+    pace = 0.0
+    for order in race_orders(len(rates), pairs, rng.randrange(1 << 30)):
+        configs = list(rates)
+        for i in order:
+            pace += rng.gauss(0, drift)
+            c = configs[i]
+            r = rates[c] * levels[c] * math.exp(pace + rng.gauss(0, block_noise))
+            trials[c].blocks.append(Block(max(1, int(r * 0.25)), 8, 0.25))
+    # blocks of one turn share an index: reorder each config's blocks by turn (they were appended in turn order)
+    return list(trials.values())
+
+
+def race_trials(rates: dict, legs: int, seed: int, **kw) -> list[Trial]:
+    rng = random.Random(seed)
+    return [t for n in range(1, legs + 1) for t in simulated_leg(rates, n, rng, **kw)]
+
+
+def test_the_turns_come_in_pairs_a_shuffled_order_then_its_reverse():
+    orders = list(race_orders(4, 3, seed=1))
+    assert len(orders) == 6
+    for first, second in zip(orders[::2], orders[1::2]):
+        assert sorted(first) == [0, 1, 2, 3] and second == tuple(reversed(first))
+    assert len({orders[0], orders[2], orders[4]}) > 1  # shuffled, not one fixed order
+
+
+def test_a_turn_pair_is_the_mean_log_ratio_of_its_two_turns_and_needs_both():
+    a, b = Trial(W2, "ok", raced=True, round=1), Trial(W1, "ok", raced=True, round=1)
+    a.blocks = [Block(200, 1, 1.0), Block(300, 1, 1.0), Block(100, 1, 1.0)]
+    b.blocks = [Block(100, 1, 1.0), Block(100, 1, 1.0), Block(100, 1, 1.0)]
+    assert pair_logs(a, b) == pytest.approx([(math.log(2) + math.log(3)) / 2])  # the third turn has no partner
+
+
+def test_shared_drift_cancels_and_a_10_percent_difference_is_resolved():
+    """Drift several times the difference, shared by the loaders: 10% apart is told apart in 20 of 20."""
+    slower = 0
+    for seed in range(20):
+        trials = race_trials({W4: 1100.0, W2: 1000.0}, legs=4, seed=seed, drift=0.08)
+        v = verdict(trials, FLOOR)
+        slower += v.leader == W4 and v.standing(W2).status == SLOWER
+    assert slower == 20
+
+
+def test_identical_configs_are_never_told_apart_and_the_cheaper_is_picked():
+    different = picked = 0
+    for seed in range(40):
+        trials = race_trials({W4: 1000.0, W2: 1000.0}, legs=3, pairs=5, seed=seed, drift=0.03, block_noise=0.04)
+        v = verdict(trials, FLOOR)
+        other = next(s for s in v.standings if s.config != v.leader)
+        different += other.status == SLOWER
+        picked += (other.status == TIED or close(other, FLOOR)) and recommend(trials, FLOOR).config == W2
+    assert different <= 1 and picked >= 32  # the rest: undecided beyond the floor by chance, so the leader is picked
+
+
+@pytest.mark.parametrize("process", [0.0, 0.01, 0.04])
+def test_the_interval_covers_the_true_ratio_when_processes_differ_too(process):
+    """95% intervals over turn pairs hold the true ratio at least 90% of the time, also when each leg's
+    process puts a loader at a level of its own (0.04: as large as the blocks' noise; about 92% then,
+    95% without one)."""
+    held = 0
+    runs = 300
+    for seed in range(runs):
+        trials = race_trials({W4: 1150.0, W2: 1000.0}, legs=4, seed=seed, process=process)
+        r = race_ratio(trials, W4, W2)
+        held += r.low <= 1.15 <= r.high
+    assert held >= 0.9 * runs
+
+
+def test_standing_against_the_leader():
+    from loadtune.analysis.race import RaceRatio, Standing
+    assert standing_of(RaceRatio(0.90, 0.87, 0.93, 10, 2, 0.88, 0.92), FLOOR) == SLOWER
+    assert standing_of(RaceRatio(0.995, 0.98, 1.01, 10, 2, 0.985, 1.005), FLOOR) == TIED  # the one-sided bounds decide
+    undecided = Standing(W2, standing_of(RaceRatio(0.97, 0.94, 1.0, 10, 2, 0.95, 0.99), FLOOR), RaceRatio(0.97, 0.94, 1.0, 10, 2))
+    assert undecided.status == UNDECIDED and not close(undecided, FLOOR)
+    near = RaceRatio(0.99, 0.95, 1.03, 10, 2, 0.96, 1.02)
+    assert standing_of(near, FLOOR) == UNDECIDED and close(Standing(W2, UNDECIDED, near), FLOOR)
+    assert standing_of(None, FLOOR) == UNDECIDED
+
+
+def test_the_leader_and_the_undecided_race_on():
+    trials = race_trials({W4: 1000.0, W2: 990.0, W1: 600.0}, legs=1, seed=3, pairs=4, block_noise=0.05)
+    v = verdict(trials, FLOOR)
+    assert v.leader in (W4, W2) and v.standing(W1).status == SLOWER
+    assert W1 not in next_leg(v) and v.leader in next_leg(v)
+    assert race_order(trials, FLOOR)[-1] == W1
+    assert set(relative_to(trials, W2)) == {W4, W1}
+
+
+def test_the_pick_is_the_cheapest_tied_with_the_leader_and_never_an_undecided_one():
+    screening = [fake_trial(c, r) for c, r in ((W0, 500.0), (W2, 1000.0), (W4, 1000.0))]
+    tied = screening + race_trials({W4: 1000.0, W2: 1000.0, W0: 500.0}, legs=5, seed=1, drift=0.03, block_noise=0.02)
+    rec = recommend(tied, FLOOR)
+    assert rec.config == W2 and set(rec.tied) == {W2, W4}
+    assert rec.baseline == W0 and rec.speedup == pytest.approx(2.0, rel=0.05) and rec.speedup_pairs >= 10
+    assert rec.speedup_low <= rec.speedup <= rec.speedup_high
+    # W2 5% slower than W4 and not yet told apart: W4, the leader, is the pick
+    behind = screening + race_trials({W4: 1050.0, W2: 1000.0}, legs=1, seed=2, pairs=3, block_noise=0.05)
+    v = verdict(behind, FLOOR)
+    assert v.leader == W4 and v.standing(W2).status == UNDECIDED and not close(v.standing(W2), FLOOR)
+    assert recommend(behind, FLOOR).config == W4
+
+
+def test_the_race_takes_the_screenings_contenders_and_the_defaults_within_memory():
+    result = empty_result()
+    result.trials = [fake_trial(c, r) for c, r in ((W0, 500.0), (W1, 800.0), (W2, 1000.0), (W4, 1010.0))]
+    got = entrants(result, FLOOR, memory_limit=10 * 2**30)
+    assert W2 in got.configs and W4 in got.configs and W0 in got.configs and len(got.configs) <= MAX_RACERS
+    tight = entrants(result, FLOOR, memory_limit=700 * 2**20)  # two loaders' screening peaks fit, not three
+    assert len(tight.configs) == 2 and tight.left_out
+
+
+def simulated_run(rates: dict, seed: int, walls: list[float] | None = None) -> tuple[RaceRun, list[Trial], list]:
+    rng = random.Random(seed)
+    trials: list[Trial] = []
+    legs: list = []
+
+    def run_leg(configs, number):
+        legs.append(list(configs))
+        leg = simulated_leg({c: rates[c] for c in configs}, number, rng)
+        for t in leg:
+            t.wall_s = 1.0
+        return leg
+
+    return RaceRun(run_leg, lambda seconds: walls is None or sum(walls) + seconds <= 10, trials.extend), trials, legs
+
+
+def test_the_race_stops_once_decided():
+    run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0, W1: 500.0}, seed=0)
+    assert race(trials, [W4, W2, W1], FLOOR, run, 5) == "decided"
+    assert len(legs) == 1 and verdict(trials, FLOOR).decided
+
+
+def test_the_race_ends_at_its_legs_and_says_who_was_undecided():
+    run, trials, legs = simulated_run({W4: 1030.0, W2: 1000.0}, seed=4)
+    how = race(trials, [W4, W2], FLOOR, run, max_legs=2)
+    v = verdict(trials, FLOOR)
+    assert not v.decided and how == "legs" and len(legs) == 2
+    assert "undecided" in ending_note(how, v, 2) and "not picked over the leader" in ending_note(how, v, 2)
+
+
+def test_a_resumed_race_goes_on_from_its_legs():
+    run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0}, seed=0)
+    race(trials, [W4, W2], FLOOR, run, 5)
+    assert race(trials, [W4, W2], FLOOR, run, 5) == "decided" and len(legs) == 1  # nothing left to race
+
+
+@pytest.mark.slow
+def test_a_real_race_tells_two_workers_from_one_on_a_waiting_dataset():
+    """Each sample waits 3 ms: two workers deliver twice what one does. Two legs, each a trial process
+    with both loaders alive and their blocks taking turns."""
+    from loadtune.engine.race import run_leg
+    from loadtune.engine.spec import SpecRef
+
+    one, two = replace(W1, batch_size=8), replace(W2, batch_size=8)
+    trials = []
+    for number in (1, 2):
+        leg = run_leg(SpecRef(str(SPECS / "sleep_dial.py")), quick_request(one), [one, two], number, seed=number)
+        assert [t.config for t in leg] == [one, two] and all(t.ok and t.raced and t.round == number for t in leg)
+        assert len(leg[0].blocks) == len(leg[1].blocks) == 2 * race_mod.PAIRS_PER_LEG  # a block each per turn
+        trials += leg
+    v = verdict(trials, FLOOR)
+    assert v.leader == two and v.standing(one).status == SLOWER
+    r = race_ratio(trials, one, two)
+    assert r.pairs == 2 * race_mod.PAIRS_PER_LEG and r.legs == 2
+    assert 0.3 < r.value < 0.7 and r.low <= r.value <= r.high
+
+
+@pytest.mark.slow
+def test_a_scan_races_its_contenders_and_states_the_gain_side_by_side(tmp_path):
+    """The screening times w0 (PyTorch's defaults), w1 and w2 alone; the race takes w2 and the defaults,
+    so the gain over them is a paired ratio: w2 makes about twice what the main process alone does."""
+    from loadtune.engine.scan import scan
+
+    result = scan(str(SPECS / "sleep_dial.py"), json_path=tmp_path / "r.json", workers=[0, 1, 2])
+    two, zero = replace(W2, batch_size=8), TrialConfig(8, 0)
+    raced = {t.config for t in result.trials if t.raced}
+    assert {two, zero} <= raced
+    rec = result.recommendation
+    assert rec.config == two and rec.baseline == zero and rec.speedup_pairs >= 3
+    assert 1.2 < rec.speedup_low <= rec.speedup <= rec.speedup_high and 1.4 < rec.speedup < 3.0
