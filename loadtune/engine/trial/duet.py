@@ -7,7 +7,7 @@ both have warmed up, the parent tells them in turn to time one short block (``Ki
 the reverse order of the one before, so that another process's load, a pace that changes every few
 seconds or drift hit both sides alike. After its block a side's workers finish what they were asked
 for before the other side's block starts, and before its own next block the batches they finished
-ahead are consumed untimed (``paired.settle`` and ``paired.resume``): every block times steady-state
+ahead are consumed untimed (``paired.settle`` and ``paired.timed_turn``): every block times steady-state
 work, not the other side's backlog.
 
 Each side reports where the spec's own modules were loaded from (``Kind.ORIGINS``) before it is
@@ -27,7 +27,7 @@ from pathlib import Path
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.harness import Ending, TrialProcess, settle
 from loadtune.engine.trial.measure import build_meter, open_device, warm_up
-from loadtune.engine.trial.paired import resume
+from loadtune.engine.trial.paired import timed_turn
 from loadtune.engine.trial.paired import settle as settle_workers
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, TrialRun
 from loadtune.engine.trial.transfer import batch_info
@@ -101,8 +101,7 @@ class SideEntry:
         warm_up(meter, run.spec, config, timing, deadline, run.emit)  # its WARMUP says: ready for turns
         settle_workers(meter, min(deadline, time.perf_counter() + timing.block_s))
         while (block_s := run.conn.recv().payload) is not None:
-            resume(meter, deadline)
-            block = meter.phase(block_s, max(1, 2 * config.num_workers), deadline)
+            block = timed_turn(meter, config, block_s, deadline)
             settle_workers(meter, min(deadline, time.perf_counter() + block_s))  # idle before the other side's block
             run.emit(Kind.BLOCK, block)
         run.measured()

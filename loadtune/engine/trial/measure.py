@@ -320,9 +320,15 @@ class Meter:
         return self.startup_s
 
     def phase(self, min_s: float, min_batches: int = 1, deadline: float = math.inf,
-              settled: Callable[[], bool] = lambda: True) -> Block:
+              settled: Callable[[], bool] = lambda: True, multiple: int = 1) -> Block:
         """Consume batches for at least ``min_s`` and ``min_batches`` (and until ``settled()``, checked
-        after each batch once those are met), then synchronise the device once.
+        after each batch once those are met, and a whole ``multiple`` of batches), then synchronise the
+        device once.
+
+        ``multiple``: a loader resumed after resting starts all its workers at once, so its batches
+        arrive in bursts of one per worker; a block that ended at the first batch past ``min_s`` would
+        hold one batch of its last burst and the time of all of it (7% low with two workers and
+        fourteen batches). Ending after whole bursts (``multiple`` the worker count) times them right.
 
         Once an epoch no longer than ``align_s`` has ended, the dataset is short next to the
         measurement, and phases end only at epoch boundaries: every block then holds whole epochs,
@@ -362,7 +368,7 @@ class Meter:
             batches += 1
             now = clock()
             if now > deadline or (not self.aligned and batches >= min_batches and now - start >= min_s
-                                  and settled()):
+                                  and batches % multiple == 0 and settled()):
                 break
         return self._end_block(start, samples, batches, epochs, waited)
 

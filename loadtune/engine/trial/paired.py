@@ -38,6 +38,7 @@ from loadtune.engine.trial.measure import (
 from loadtune.engine.trial.transfer import batch_info
 from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.batch import BatchInfo
+from loadtune.model.results import Block
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
 
@@ -83,8 +84,7 @@ def take_turns(meters: dict[Hashable, Meter], loaders: Loaders, orders: Iterator
     for order in orders:
         for role in order:
             meter, config = meters[role], loaders[role][1]
-            resume(meter, deadline)
-            emit(role, "block", meter.phase(block_s, max(1, 2 * config.num_workers), deadline))
+            emit(role, "block", timed_turn(meter, config, block_s, deadline))
             if settle_loaders:
                 settle(meter, min(deadline, time.perf_counter() + block_s))
         if time.perf_counter() > deadline:
@@ -166,15 +166,30 @@ def measure_race(
     del meters
 
 
-def resume(meter: Meter, deadline: float) -> None:
-    """Consume, untimed, the batches the loader's workers finished ahead while it rested; the next
-    phase is timed from where this one ends."""
+def timed_turn(meter: Meter, config: TrialConfig, block_s: float, deadline: float) -> Block:
+    """One timed block of a loader that rested: ``resume`` it, then time at least ``block_s``, two
+    batches per worker, and whole bursts of one batch per worker."""
+    resume(meter, config.num_workers, deadline)
+    return meter.phase(block_s, max(1, 2 * config.num_workers), deadline, multiple=max(1, config.num_workers))
+
+
+def resume(meter: Meter, workers: int, deadline: float) -> None:
+    """Consume, untimed, the batches the loader's workers finished ahead while it rested, then their
+    first new batch each; the next phase is timed from there.
+
+    Taking the finished batches hands every worker new work at once, so the workers restart together
+    and their batches arrive in bursts of one per worker. Timing from the end of the first burst to the
+    end of a later one (``Meter.phase``'s ``multiple``) covers whole rounds of every worker. Timed from
+    the end of the backlog to the first batch past the block's time, a block held the workers' head
+    start while the backlog was taken and one batch of its last burst for the time of all of it: on a
+    CPU-bound dataset two workers read 12% slow against one, beside long runs of a plain DataLoader
+    (docs/measuring.md#the-search). Without workers nothing is ahead."""
     meter.mark = time.perf_counter()
-    if meter.aligned and meter.iterator is None:  # resting at an epoch boundary: nothing was done ahead
+    if not workers or (meter.aligned and meter.iterator is None):  # resting at an epoch boundary: nothing was done ahead
         return
     iterator = meter.loader_iterator
     ahead = ready_batches(iterator) if iterator is not None else None
-    meter.phase(0.0, max(1, ahead or 0), deadline)
+    meter.phase(0.0, max(1, ahead or 0) + workers, deadline)
 
 
 def in_flight(iterator: Any) -> int:
