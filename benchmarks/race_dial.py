@@ -7,8 +7,10 @@ is workers / latency well past the cores: ``w10`` and ``w11`` are 10% apart by c
 epoch of 100,000 samples ends inside a race). A first version compared ``w10 pf2`` with ``w10 pf3``,
 taken for identical: the race read pf3 1-4% ahead in all six races run, so they are not an identical
 pair (a likely cause, not verified by long runs: with in-order delivery a worker whose two slots are
-full idles while the main process waits on a slower one, and a third slot absorbs the jitter). For each repeat the two pairs are raced as a scan races them
-(``engine.race.race``, legs of real trial processes, the scan's default legs and floor), alternating
+full idles while the main process waits on a slower one, and a third slot absorbs the jitter).
+
+For each repeat the two pairs are raced as a scan races them (``engine.race.race``, legs of real trial
+processes, the scan's default legs and floor), alternating
 which pair goes first. Reported: how often the 10% pair was resolved (w11 leader, w10 slower), how
 often the identical pair was called different (either one slower), the ratios and their intervals,
 legs and seconds per race.
