@@ -527,9 +527,12 @@ def batch_sizes(count: SampleCounter, batch_size: int, emit: Callable[[str, Any]
 
 
 def build_meter(spec: LoadedSpec, config: TrialConfig, device: torch.device, timing: Timing,
-                options: LoaderOptions, workload: StepWorkload | None, shard: Shard | None) -> Meter:
+                options: LoaderOptions, workload: StepWorkload | None, shard: Shard | None,
+                whole_epochs: bool = True) -> Meter:
     """The trial's consumer and loader (a prefetcher over it with the ``stream`` strategy) in a Meter;
-    the device's memory peaks count from here, once both are built."""
+    the device's memory peaks count from here, once both are built. ``whole_epochs`` False: blocks are
+    cut by time even where an epoch is short or restarts its workers (the race's turns must stay
+    short and alike, whatever the loaders' epochs)."""
     consumer = make_consumer(spec, config, device, workload.build(device) if workload else None)
     loader = make_loader(spec, config, options, shard)
     shard_length = len(loader.sampler) if shard is not None and not spec.iterable and not spec.own_order else None
@@ -540,8 +543,9 @@ def build_meter(spec: LoadedSpec, config: TrialConfig, device: torch.device, tim
         torch.cuda.synchronize(device)
         gpu.reset_peaks(device)
     return Meter(source, consumer, device_sync(device),
-                 SampleCounter(spec, config, options.drop_last, shard_length), ALIGN_EPOCHS_UP_TO * timing.block_s,
-                 restarts=config.num_workers > 0 and not config.persistent_workers)
+                 SampleCounter(spec, config, options.drop_last, shard_length),
+                 ALIGN_EPOCHS_UP_TO * timing.block_s if whole_epochs else -math.inf,
+                 restarts=whole_epochs and config.num_workers > 0 and not config.persistent_workers)
 
 
 def warm_up(meter: Meter, spec: LoadedSpec, config: TrialConfig, timing: Timing, deadline: float,

@@ -45,6 +45,10 @@ from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
 MIN_PAIRS = 2  # turns per paired trial at least: one has no spread of its own
 KINDS = {CONFIG: "block", CALIBRATION: "calibration", DEFAULTS: "defaults"}  # the message each loader's blocks go out as
 SETTLE_POLL_S = 0.002  # how often a loader's in-flight work is looked at after its block
+# how long, in blocks, a loader's workers may take to finish their in-flight batches after its block: four
+# workers' eight batches of 64 ms CPU on two cores outlast one block, and a cap of one left them computing
+# through the next loader's block (which read up to 3x slow)
+SETTLE_BLOCKS = 4
 
 
 def pairs_for(timing: Timing) -> int:
@@ -59,13 +63,14 @@ Loaders = dict[Hashable, tuple[LoadedSpec, TrialConfig]]  # each loader of the t
 
 def open_meters(loaders: Loaders, device: torch.device, timing: Timing, options: LoaderOptions,
                 workload: StepWorkload | None, deadline: float,
-                emit: Callable[[Hashable, str, Any], None]) -> tuple[dict[Hashable, Meter], dict[Hashable, BatchInfo]]:
+                emit: Callable[[Hashable, str, Any], None],
+                whole_epochs: bool = True) -> tuple[dict[Hashable, Meter], dict[Hashable, BatchInfo]]:
     """Every loader built, started (``emit(role, "startup", s)``) and warmed up (``emit(role, "warmup",
     Block)``), one after the other, before any is timed; ``emit(role, "batch", BatchInfo)`` once each.
-    Returns the meters and each loader's first batch."""
+    Returns the meters and each loader's first batch. ``whole_epochs``: as ``measure.build_meter``."""
     if device.type == "cuda":
         open_device(device)
-    meters = {role: build_meter(s, c, device, timing, options, workload, None) for role, (s, c) in loaders.items()}
+    meters = {role: build_meter(s, c, device, timing, options, workload, None, whole_epochs) for role, (s, c) in loaders.items()}
     firsts = {}
     for role, meter in meters.items():
         spec, config = loaders[role]
@@ -86,7 +91,7 @@ def take_turns(meters: dict[Hashable, Meter], loaders: Loaders, orders: Iterator
             meter, config = meters[role], loaders[role][1]
             emit(role, "block", timed_turn(meter, config, block_s, deadline))
             if settle_loaders:
-                settle(meter, min(deadline, time.perf_counter() + block_s))
+                settle(meter, min(deadline, time.perf_counter() + SETTLE_BLOCKS * block_s))
         if time.perf_counter() > deadline:
             return
 
@@ -159,7 +164,10 @@ def measure_race(
         elif kind in ("startup", "batch", "warmup", "block"):
             emit("race", (role, kind, payload))
 
-    meters, firsts = open_meters(loaders, device, timing, options, workload, deadline, tagged)
+    # blocks cut by time: a loader whose blocks held whole epochs (a short epoch, or one that restarts its
+    # workers) would take turns of seconds beside its neighbours' quarter seconds, and their ratio would
+    # no longer be of neighbours; an epoch's end (and a restart) then falls inside some of its blocks
+    meters, firsts = open_meters(loaders, device, timing, options, workload, deadline, tagged, whole_epochs=False)
     orders = race_orders(len(configs), pairs, seed)
     finish_trial(partial(take_turns, meters, loaders, orders, timing.block_s / 2, deadline, tagged, settle_loaders=True),
                  device, configs[0], firsts[0], emit, measured)
