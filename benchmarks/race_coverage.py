@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta import run_meta  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+LEGS = 3  # the race's legs at most (--race-legs 3, as the scan's default was when measured)
 
 
 def worker_config(batch: int, workers: int) -> TrialConfig:
@@ -88,7 +89,7 @@ def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int) -> dict:
     trials: list = []
     started = time.monotonic()
     run = RaceRun(lambda cs, n: run_leg(SpecRef(spec), request, cs, n, seed * 100 + n), lambda s: True, trials.extend)
-    how = race(trials, [a, b], NOISE_FLOOR, run, opts.race_legs)
+    how = race(trials, [a, b], NOISE_FLOOR, run, LEGS)
     r = race_ratio(trials, a, b)
     v = verdict(trials, NOISE_FLOOR)
     return {"ratio": r.value, "low": r.low, "high": r.high, "pairs": r.pairs, "legs": r.legs, "ended": how,

@@ -81,7 +81,7 @@ def summary(runs: dict) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--legs", type=int, default=ScanOptions().race_legs)
+    p.add_argument("--legs", type=int, default=3, help="the race's legs at most (--race-legs)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     out = {"meta": run_meta(), "command": " ".join(sys.argv), "runs": {k: [] for k in PAIRS}}

@@ -201,7 +201,7 @@ def test_a_scan_races_its_contenders_and_states_the_gain_side_by_side(tmp_path):
     so the gain over them is a paired ratio: w2 makes about twice what the main process alone does."""
     from loadtune.engine.scan import scan
 
-    result = scan(str(SPECS / "sleep_dial.py"), json_path=tmp_path / "r.json", workers=[0, 1, 2])
+    result = scan(str(SPECS / "sleep_dial.py"), json_path=tmp_path / "r.json", workers=[0, 1, 2], race_legs=3)
     two, zero = replace(W2, batch_size=8), TrialConfig(8, 0)
     raced = {t.config for t in result.trials if t.raced}
     assert {two, zero} <= raced
