@@ -23,7 +23,6 @@ workers, persistent, batch 32: its workers contend for the cores with the backgr
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -34,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from check_alarms import background  # another process's load for the duration of one check
 from meta import run_meta
 
 HERE = Path(__file__).resolve().parent
@@ -93,18 +93,6 @@ def branch(step: float) -> str:
     return f"step-{round(step * 100)}"
 
 
-@contextlib.contextmanager
-def background(cmd: list[str] | None):
-    """Another process's load for the duration of one check."""
-    proc = subprocess.Popen(cmd, start_new_session=True) if cmd else None
-    try:
-        yield
-    finally:
-        if proc is not None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def one_check(repo: Path, out: Path, condition: str, step: float, tolerance: str, config: str, budget: float) -> dict:
     """Check the step's branch out and run one check against A under the condition's load."""
     git(repo, "checkout", "-q", branch(step))
@@ -161,7 +149,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=20, help="checks per cell")
     p.add_argument("--cells", default=DEFAULT_CELLS, help="step:tolerance pairs, the step in percent more work per sample "
-                   f"(default {DEFAULT_CELLS})")
+                   f"(default {DEFAULT_CELLS.replace('%', '%%')})")
     p.add_argument("--conditions", default=",".join(CONDITIONS), help="machine conditions, comma-separated")
     p.add_argument("--config", default="num_workers=2,persistent_workers=True,batch_size=32", help="the loader both sides run")
     p.add_argument("--budget", type=float, default=180.0, help="check's --budget, seconds")
