@@ -85,7 +85,7 @@ def take_turns(meters: dict[Hashable, Meter], loaders: Loaders, orders: Iterator
                deadline: float, emit: Callable[[Hashable, str, Any], None], settle_loaders: bool = False) -> None:
     """One timed block per loader per turn, in each turn's order, until the orders or the time run
     out; a turn cut by the deadline is not finished. ``settle_loaders``: after its block, a loader's
-    workers finish their work before the next block starts (at most one block's length)."""
+    workers finish their work before the next block starts (at most ``SETTLE_BLOCKS`` blocks)."""
     for order in orders:
         for role in order:
             meter, config = meters[role], loaders[role][1]
