@@ -1,6 +1,7 @@
 """Does the race's ratio interval hold what long runs of a plain DataLoader give?
 
-For a pair of configs on each archetype (two worker counts a scan would weigh against each other),
+For a pair of configs on each archetype (two worker counts a scan would weigh against each other; and
+the README's example, where a loader without workers races one that restarts its workers every epoch),
 ``--races`` races of the two (``engine.race.race``, legs of real trial processes, the scan's defaults)
 each give a ratio a / b with its 95% interval. The reference is what a user's own loop gets: long runs
 of a plain ``DataLoader`` loop (``for batch in loader``, a warm-up, then ``--long-s`` seconds timed), one
@@ -40,17 +41,19 @@ HERE = Path(__file__).resolve().parent
 LEGS = 3  # the race's legs at most (--race-legs 3, as the scan's default was when measured)
 
 
-def worker_config(batch: int, workers: int) -> TrialConfig:
-    return TrialConfig(batch, workers, False, 2 if workers else None, bool(workers))
+def worker_config(batch: int, workers: int, persistent: bool = True) -> TrialConfig:
+    return TrialConfig(batch, workers, False, 2 if workers else None, persistent and bool(workers))
 
 
-PAIRS = {  # archetype: (batch size, worker counts a, b): neighbours a scan weighs
-    "cpu_bound": (32, 1, 2),
-    "heavy_tail": (32, 2, 4),
-    "iterable": (32, 0, 2),
-    "large_tensors": (32, 0, 2),
-    "storage_latency": (32, 16, 32),
-    "tiny_dataset": (16, 0, 2),
+PAIRS = {  # name: (spec, batch size, worker counts a, b, persistent_workers): neighbours a scan weighs
+    "cpu_bound": ("archetypes/cpu_bound.py", 32, 1, 2, True),
+    "heavy_tail": ("archetypes/heavy_tail.py", 32, 2, 4, True),
+    "iterable": ("archetypes/iterable.py", 32, 0, 2, True),
+    "large_tensors": ("archetypes/large_tensors.py", 32, 0, 2, True),
+    "storage_latency": ("archetypes/storage_latency.py", 32, 16, 32, True),
+    "tiny_dataset": ("archetypes/tiny_dataset.py", 16, 0, 2, True),
+    # the README's example: no workers beside workers restarted every epoch (about 7 s)
+    "images_no_persistent": ("../examples/images.py", 32, 0, 2, False),
 }
 
 PLAIN_LOOP = """
@@ -59,7 +62,7 @@ from torch.utils.data import DataLoader, IterableDataset
 spec = importlib.util.spec_from_file_location("archetype", sys.argv[1]); mod = importlib.util.module_from_spec(spec)
 sys.modules["archetype"] = mod; spec.loader.exec_module(mod)
 ds = mod.dataset(); batch, workers, warm, timed = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-kw = dict(prefetch_factor=2, persistent_workers=True) if workers else {}
+kw = dict(prefetch_factor=2, persistent_workers=sys.argv[6] == "1") if workers else {}
 loader = DataLoader(ds, batch_size=batch, shuffle=not isinstance(ds, IterableDataset), num_workers=workers, **kw)
 clock = time.perf_counter; start = None; samples = 0; warm_until = clock() + warm
 while True:
@@ -75,8 +78,9 @@ while True:
 """
 
 
-def plain_rate(spec: str, batch: int, workers: int, warm_s: float, timed_s: float) -> float:
-    out = subprocess.run([sys.executable, "-c", PLAIN_LOOP, spec, str(batch), str(workers), str(warm_s), str(timed_s)],
+def plain_rate(spec: str, batch: int, workers: int, warm_s: float, timed_s: float, persistent: bool) -> float:
+    out = subprocess.run([sys.executable, "-c", PLAIN_LOOP, spec, str(batch), str(workers), str(warm_s), str(timed_s),
+                          "1" if persistent else "0"],
                          capture_output=True, text=True, check=True, timeout=300)
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -107,14 +111,14 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
     args = p.parse_args()
     out = {"meta": run_meta(), "command": " ".join(sys.argv), "archetypes": {}}
     for name in args.archetypes.split(","):
-        batch, wa, wb = PAIRS[name]
-        spec = str(HERE / "archetypes" / f"{name}.py")
-        a, b = worker_config(batch, wa), worker_config(batch, wb)
+        path, batch, wa, wb, persistent = PAIRS[name]
+        spec = str((HERE / path).resolve())
+        a, b = worker_config(batch, wa, persistent), worker_config(batch, wb, persistent)
         races, rounds = [], []
         for i in range(max(args.races, args.long_rounds)):
             if i < args.long_rounds:
                 order = [(wa, "a"), (wb, "b")] if i % 2 == 0 else [(wb, "b"), (wa, "a")]
-                got = {k: plain_rate(spec, batch, w, args.warm_s, args.long_s) for w, k in order}
+                got = {k: plain_rate(spec, batch, w, args.warm_s, args.long_s, persistent) for w, k in order}
                 rounds.append(got)
             if i < args.races:
                 races.append(one_race(spec, a, b, i))

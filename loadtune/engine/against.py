@@ -32,7 +32,7 @@ from loadtune.engine.options import pick_device, resolve_options
 from loadtune.engine.plan import DEFAULT_BATCH_SIZE
 from loadtune.engine.revision import Tree, checked_out, given_tree, head_tree, relative_spec, resolve_ref, spec_at
 from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
-from loadtune.engine.trial.duet import BASE, HEAD, Checkout, Origins, SideEntry, run_duet
+from loadtune.engine.trial.duet import BASE, HEAD, Checkout, Origins, SideEntry, run_in_turns, turns
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.engine.trial.paired import pairs_for
 from loadtune.engine.trial.protocol import TrialRequest
@@ -106,7 +106,7 @@ def sides(spec: SpecRef, relative: Path, head: Tree, base: Tree, request: TrialR
 
 
 def refuse_foreign(roots: dict[str, str]) -> Callable[[Origins], None]:
-    """``run_duet``'s vet: stop when a side imported the other's code."""
+    """``run_in_turns``' vet: stop when a side imported the other's code."""
     def vet(origins: Origins) -> None:
         found = foreign_modules(origins, roots)
         if found:
@@ -152,7 +152,7 @@ class Comparison:
         stop, early = False, None
         while not stop:
             first = HEAD if len(against.rounds) % 2 == 0 else BASE
-            got = run_duet(both, first, pairs, block_s, vet)
+            got = run_in_turns(both, turns(first, pairs), block_s, vet)
             trials += [got[HEAD], got[BASE]]
             against.rounds.append(duet_round([b.rate for b in got[HEAD].blocks], [b.rate for b in got[BASE].blocks], first == HEAD))
             if self.on_round:

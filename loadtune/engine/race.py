@@ -1,17 +1,20 @@
 """The race: the screening's contenders measured side by side, leg after leg, until the race decides.
 
-A leg is one trial process in which every raced config's loader is alive at once and their short
-timed blocks take turns (``engine.trial.paired.measure_race``): a shuffled order, then its reverse.
-Each config's blocks of a leg come back as a trial of its own (``Trial.raced``, ``round`` the leg's
-number), so the pooled figures, the table and the JSON treat a leg as one more run of each config.
-After each leg the verdict (``analysis.race``) sends the leader and the configs still undecided
-against it into the next leg, in a fresh process (what differs between processes enters the
-intervals), until none is undecided, the race's legs are spent, or the scan's budget is.
+In a leg every raced config's loader is alive at once, each in a trial process of its own, and the
+parent tells them in turn to time one short block (``engine.trial.duet``): a shuffled order, then its
+reverse (``paired.race_orders``). Each config's blocks of a leg come back as a trial of its own
+(``Trial.raced``, ``round`` the leg's number), so the pooled figures, the table and the JSON treat a
+leg as one more run of each config. After each leg the verdict (``analysis.race``) sends the leader
+and the configs still undecided against it into the next leg, in fresh processes (what differs
+between processes enters the intervals), until none is undecided, the race's legs are spent, or the
+scan's budget is.
 
-Why one process rather than several live trial processes told in turn to run a block: the loaders
-then share one main process, one pin-memory thread's core and one view of the machine, and the turn
-switch is a function call, not a round trip; a config that crashes the process cannot be raced, but
-the screening already ran every config alone, so what races has loaded without failing.
+Why a process per config rather than every loader in one: a loader in a shared process paid for its
+neighbours' workers. Each fork of a neighbour's workers makes the shared process's pages
+copy-on-write again, and a loader without workers, which loads in that process, read up to 3x slow
+beside loaders that restart their workers every epoch. In processes of their own, each config's main
+process is as it is in training, and the turn switch (a message on a pipe) costs well under a
+millisecond against blocks of a tenth of a second and more.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from typing import Any
 
 from loadtune.analysis.race import RaceVerdict, next_leg, verdict
 from loadtune.engine.spec import LoadedSpec, SpecRef
-from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.paired import measure_race
-from loadtune.engine.trial.protocol import Kind, TrialRequest, TrialRun
+from loadtune.engine.trial.duet import SideEntry, run_in_turns
+from loadtune.engine.trial.paired import race_orders
+from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import Trial
 
@@ -32,50 +35,21 @@ PAIRS_PER_LEG = 5  # turn pairs a leg times: a fresh process every few pairs
 WARMUP_SHARE = 0.5  # of the scan's warm-up, per raced loader: its start-up backlog is drained whatever this is
 
 
-@dataclass(frozen=True)
-class RaceEntry:
-    """The child's entry of a leg (pickled by value: the configs, the pairs, a seed)."""
-
-    configs: tuple[TrialConfig, ...]
-    pairs: int
-    seed: int
-
-    def __call__(self, run: TrialRun) -> None:
-        import torch
-
-        request = run.request
-        measure_race(run.spec, list(self.configs), torch.device(request.device), request.timing, request.options,
-                     run.emit, self.pairs, self.seed, request.workload, run.measured)
-
-
-RACE_FIGURES: dict[str, Callable[[Trial, Any], None]] = {
-    "startup": lambda t, s: setattr(t, "startup_s", s),
-    "batch": lambda t, info: setattr(t, "batch", info),
-    "warmup": lambda t, block: setattr(t, "warmup", block),
-    "block": lambda t, block: t.blocks.append(block),
-}
-
-
 def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[TrialConfig], number: int,
             seed: int, on_event: Callable[[str, Any], None] | None = None) -> list[Trial]:
-    """One leg: ``configs`` raced in one trial process. Returns each config's trial of the leg (failed,
-    with the leg's error, where the leg failed or the config timed no block)."""
-    trials = [Trial(config=c, status="failed", raced=True, round=number) for c in configs]
-
-    def hear(kind: str, payload: Any) -> None:
-        if kind == Kind.RACE:
-            index, what, value = payload
-            RACE_FIGURES[what](trials[index], value)
-        elif on_event is not None:
-            on_event(kind, payload)
-
-    entry = RaceEntry(tuple(configs), PAIRS_PER_LEG, seed)
+    """One leg: ``configs`` raced, a live process each. Returns each config's trial of the leg (failed,
+    with its own error or the leg's, where the leg failed or the config timed no block)."""
     timing = replace(request.timing, warmup_s=request.timing.warmup_s * WARMUP_SHARE)
-    leg = run_trial(source, replace(request, config=configs[0], timing=timing, entry=entry, needs_blocks=False), hear)
+    entry = SideEntry(whole_epochs=False)
+    sides = {i: (source, replace(request, config=c, timing=timing, entry=entry)) for i, c in enumerate(configs)}
+    got = run_in_turns(sides, race_orders(len(configs), PAIRS_PER_LEG, seed), request.timing.block_s / 2,
+                       on_event=on_event)
+    trials = [got[i] for i in range(len(configs))]
+    failed = next((t.error for t in trials if t.error is not None), None)
     for t in trials:
-        t.status = "ok" if leg.status == "ok" and t.blocks else "failed"
-        t.error = leg.error if t.status != "ok" else None
-        t.load, t.warnings, t.wall_s = leg.load, list(leg.warnings), leg.wall_s / len(configs)
+        t.raced, t.round = True, number
+        if t.ok and failed is not None:  # a leg cut short by a neighbour's failure is no leg
+            t.status, t.error = "failed", failed
     return trials
 
 

@@ -1,18 +1,25 @@
-"""Two versions of the user's data code timed in turns: ``check --against`` (docs/ci.md).
+"""Live trial processes timed in turns: ``check --against``'s two versions of the user's data code
+(docs/ci.md) and a scan's race of contenders (``engine/race.py``).
 
-Two versions of one module cannot share an interpreter, so each side (the head: the work tree; the
-base: a checkout of the revision compared against) is a live trial process of its own, with its own
-folder as working directory and on ``sys.path`` (``Checkout``, run before its spec loads). After
-both have warmed up, the parent tells them in turn to time one short block (``Kind.TURN``), each turn
-the reverse order of the one before, so that another process's load, a pace that changes every few
-seconds or drift hit both sides alike. After its block a side's workers finish what they were asked
-for before the other side's block starts, and before its own next block the batches they finished
-ahead are consumed untimed (``paired.settle`` and ``paired.timed_turn``): every block times steady-state
-work, not the other side's backlog.
+Each side is a live trial process of its own. Two versions of one module cannot share an interpreter,
+so for ``check --against`` each side (the head: the work tree; the base: a checkout of the revision
+compared against) runs with its own folder as working directory and on ``sys.path`` (``Checkout``, run
+before its spec loads). The race's contenders could share one, but must not: a loader that forks its
+workers makes every page of its process copy-on-write, and a neighbour loading in that process (one
+without workers, above all) paid for those copies in its own blocks and read up to 3x slow
+(docs/measuring.md, "The race").
 
-Each side reports where the spec's own modules were loaded from (``Kind.ORIGINS``) before it is
-timed, so that the caller can refuse a base that imported the head's code (an editable install's
-import hook ignores ``sys.path``).
+After every side has warmed up, the parent tells them in turn to time one short block
+(``Kind.TURN``), in the order the caller gives (each turn the reverse of the one before, or
+shuffled), so that another process's load, a pace that changes every few seconds or drift hit every
+side alike. After its block a side's workers finish what they were asked for before the next side's
+block starts, and before its own next block the batches they finished ahead are consumed untimed
+(``paired.settle`` and ``paired.timed_turn``): every block times steady-state work, not another
+side's backlog.
+
+Each side of a check reports where the spec's own modules were loaded from (``Kind.ORIGINS``) before
+it is timed, so that the caller can refuse a base that imported the head's code (an editable
+install's import hook ignores ``sys.path``).
 """
 
 from __future__ import annotations
@@ -20,18 +27,17 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtune.engine.spec import SpecRef
-from loadtune.engine.trial.harness import Ending, TrialProcess, settle
-from loadtune.engine.trial.measure import build_meter, open_device, warm_up
-from loadtune.engine.trial.paired import timed_turn
+from loadtune.engine.spec import LoadedSpec, SpecRef
+from loadtune.engine.trial.harness import Ending, OnEvent, TrialProcess, settle
+from loadtune.engine.trial.measure import TrialFailure, finish_trial
+from loadtune.engine.trial.paired import SETTLE_BLOCKS, open_meters, timed_turn
 from loadtune.engine.trial.paired import settle as settle_workers
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, TrialRun
-from loadtune.engine.trial.transfer import batch_info
-from loadtune.model.results import Trial
+from loadtune.model.results import Trial, TrialError
 
 HEAD, BASE = "head", "base"
 VENDORED = ("site-packages", "dist-packages")  # installed packages: never the user's tree, wherever the environment lives
@@ -81,62 +87,79 @@ def module_origins(roots: tuple[str, ...]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class SideEntry:
-    """The child's entry: say where the spec's modules came from, build and warm up the loader, then time
-    one block per ``Kind.TURN`` from the parent until it says stop (a TURN of None)."""
+    """The child's entry: say where the spec's modules came from (``roots``: the trees whose modules are
+    reported; none for a race), build and warm up the loader, then time one block per ``Kind.TURN``
+    from the parent until it says stop (a TURN of None). ``whole_epochs``: as ``measure.build_meter``
+    (a race cuts its blocks by time, so that neighbouring blocks stay neighbours)."""
 
-    roots: tuple[str, str]  # both trees: the modules loaded from either are reported
+    roots: tuple[str, ...] = ()
+    whole_epochs: bool = True
 
     def __call__(self, run: TrialRun) -> None:
         import torch
 
-        run.emit(Kind.ORIGINS, module_origins(self.roots))
+        if self.roots:
+            run.emit(Kind.ORIGINS, module_origins(self.roots))
         request = run.request
         device, timing, config = torch.device(request.device), request.timing, request.config
         deadline = time.perf_counter() + timing.max_s
-        if device.type == "cuda":
-            open_device(device)
-        meter = build_meter(run.spec, config, device, timing, request.options, request.workload, None)
-        run.emit(Kind.STARTUP, meter.startup())
-        run.emit(Kind.BATCH, batch_info(meter.pending))
-        warm_up(meter, run.spec, config, timing, deadline, run.emit)  # its WARMUP says: ready for turns
-        settle_workers(meter, min(deadline, time.perf_counter() + timing.block_s))
-        while (block_s := run.conn.recv().payload) is not None:
-            block = timed_turn(meter, config, block_s, deadline)
-            settle_workers(meter, min(deadline, time.perf_counter() + block_s))  # idle before the other side's block
-            run.emit(Kind.BLOCK, block)
-        run.measured()
-        del meter  # with it the loader: workers shut down inside the trial
+        meters, firsts = open_meters({SIDE: (run.spec, config)}, device, timing, request.options, request.workload,
+                                     deadline, lambda role, kind, payload: run.emit(kind, payload), self.whole_epochs)
+        meter = meters[SIDE]
+        settle_workers(meter, min(deadline, time.perf_counter() + timing.block_s))  # then: ready for turns
+
+        def turns() -> None:
+            run.emit(Kind.READY)
+            while (block_s := run.conn.recv().payload) is not None:
+                block = timed_turn(meter, config, block_s, deadline)
+                settle_workers(meter, min(deadline, time.perf_counter() + SETTLE_BLOCKS * block_s))  # before the next side's block
+                run.emit(Kind.BLOCK, block)
+
+        # no load reading: the other sides' blocks, timed meanwhile, would read as outside load
+        finish_trial(turns, device, config, firsts[SIDE], run.emit, run.measured, load=False)
+        del meters  # with them the loader: workers shut down inside the trial
+
+
+SIDE = "side"  # the one loader of a side's process
 
 
 def turns(first: str, pairs: int) -> list[tuple[str, str]]:
-    """The order of the sides in each turn: ``first`` first, then the reverse, and so on."""
+    """The order of a check's two sides in each turn: ``first`` first, then the reverse, and so on."""
     order = (first, BASE if first == HEAD else HEAD)
     return [order if i % 2 == 0 else order[::-1] for i in range(pairs)]
 
 
-Origins = dict[str, dict[str, str]]  # side -> module -> file
+Origins = dict[Hashable, dict[str, str]]  # side -> module -> file
+Sides = dict[Hashable, tuple[SpecRef | LoadedSpec, TrialRequest]]  # each side's spec and request (its entry a SideEntry)
 
 
-def run_duet(sides: dict[str, tuple[SpecRef, TrialRequest]], first: str, pairs: int, block_s: float,
-             vet: Callable[[Origins], None] = lambda origins: None) -> dict[str, Trial]:
-    """One round: a process per side, warmed up, then ``pairs`` turns of one block each (``turns``), then
-    both stopped. ``vet`` sees where each side's modules came from before any block is timed, and may
-    raise to stop the round. Every process of the round is gone when this returns or raises."""
-    procs = {side: TrialProcess(source, request) for side, (source, request) in sides.items()}
+def run_in_turns(sides: Sides, orders: Iterable[tuple[Hashable, ...]], block_s: float,
+                 vet: Callable[[Origins], None] = lambda origins: None,
+                 on_event: OnEvent | None = None) -> dict[Hashable, Trial]:
+    """A process per side, warmed up together, then one block each per turn in ``orders``' turns, then
+    all stopped. ``vet`` sees where each side's modules came from before any block is timed, and may
+    raise to stop. Every process is gone when this returns or raises; a side that fails or ends early
+    stops the turns, and each side's trial says how it ended."""
     trials = {side: Trial(config=request.config, status="failed") for side, (_, request) in sides.items()}
-    endings: dict[str, Ending] = {}
+    procs: dict[Hashable, TrialProcess] = {}
+    endings: dict[Hashable, Ending] = {}
     origins: Origins = {}
-    logs: dict[str, str] = {}
+    logs: dict[Hashable, str] = {}
     try:
-        for proc in procs.values():
-            proc.start(None)
+        for side, (source, request) in sides.items():
+            try:
+                procs[side] = TrialProcess(source, request)
+            except TrialFailure as exc:
+                trials[side].error = TrialError(kind="failure", message=str(exc))
+                return trials
+            procs[side].start(on_event)
         for side, proc in procs.items():
-            endings[side] = proc.receive(trials[side], origins_to(origins, side), until=lambda m: m.kind is Kind.WARMUP)
+            endings[side] = proc.receive(trials[side], origins_to(origins, side, on_event), until=lambda m: m.kind is Kind.READY)
         if all(e is Ending.PAUSED for e in endings.values()):
             vet(origins)
-            take_turns(procs, trials, endings, turns(first, pairs), block_s)
+            take_turns(procs, trials, endings, orders, block_s, on_event)
         for side, proc in procs.items():
-            endings[side] = tell(proc, trials[side], endings[side], None)
+            endings[side] = tell(proc, trials[side], endings[side], None, on_event)
     finally:
         for side, proc in procs.items():
             logs[side] = proc.close(trials[side])
@@ -145,25 +168,28 @@ def run_duet(sides: dict[str, tuple[SpecRef, TrialRequest]], first: str, pairs: 
     return trials
 
 
-def origins_to(origins: Origins, side: str) -> Callable[[Kind, object], None]:
-    """``receive``'s listener keeping what ``side`` reports of its modules' origins."""
+def origins_to(origins: Origins, side: Hashable, on_event: OnEvent | None) -> OnEvent:
+    """``receive``'s listener keeping what ``side`` reports of its modules' origins (and passing every
+    message on to ``on_event``)."""
     def hear(kind: Kind, payload: object) -> None:
         if kind is Kind.ORIGINS:
             origins[side] = payload
+        if on_event is not None:
+            on_event(kind, payload)
     return hear
 
 
-def take_turns(procs: dict[str, TrialProcess], trials: dict[str, Trial], endings: dict[str, Ending],
-               orders: list[tuple[str, str]], block_s: float) -> None:
+def take_turns(procs: dict[Hashable, TrialProcess], trials: dict[Hashable, Trial], endings: dict[Hashable, Ending],
+               orders: Iterable[tuple[Hashable, ...]], block_s: float, on_event: OnEvent | None) -> None:
     """Each turn, each side times one block in the turn's order; a side that ended stops the turns."""
     for order in orders:
         for side in order:
-            endings[side] = tell(procs[side], trials[side], endings[side], block_s)
+            endings[side] = tell(procs[side], trials[side], endings[side], block_s, on_event)
             if endings[side] is not Ending.PAUSED:
                 return
 
 
-def tell(proc: TrialProcess, trial: Trial, ending: Ending, block_s: float | None) -> Ending:
+def tell(proc: TrialProcess, trial: Trial, ending: Ending, block_s: float | None, on_event: OnEvent | None) -> Ending:
     """One word to a side that awaits it: time a block of ``block_s`` and report it, or (None) finish.
     A side that already ended hears nothing; one whose pipe is gone has died."""
     if ending is not Ending.PAUSED:
@@ -173,8 +199,8 @@ def tell(proc: TrialProcess, trial: Trial, ending: Ending, block_s: float | None
     except OSError:
         return Ending.SILENT
     if block_s is None:
-        ending = proc.receive(trial, None)
+        ending = proc.receive(trial, on_event)
         if ending is not Ending.TIMEOUT:
             proc.proc.join(10)
         return ending
-    return proc.receive(trial, None, until=lambda m: m.kind is Kind.BLOCK)
+    return proc.receive(trial, on_event, until=lambda m: m.kind is Kind.BLOCK)

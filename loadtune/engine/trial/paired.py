@@ -1,5 +1,6 @@
-"""Loaders timed in turn in one process: ``check``'s config beside its shaped calibration (and
-PyTorch's defaults, unless the config is them), and a scan's race of contenders.
+"""Loaders timed in turn in one process (``check``'s config beside its shaped calibration, and
+PyTorch's defaults unless the config is them), and the turns' rules that the live processes of
+``trial.duet`` (``check --against``, a scan's race) follow too.
 
 Every loader lives in the one trial process, built with its own knobs over the same dataset (the
 calibration over a synthetic one), and their timed blocks take turns, so that another process's load,
@@ -82,16 +83,13 @@ def open_meters(loaders: Loaders, device: torch.device, timing: Timing, options:
 
 
 def take_turns(meters: dict[Hashable, Meter], loaders: Loaders, orders: Iterator[tuple[Hashable, ...]], block_s: float,
-               deadline: float, emit: Callable[[Hashable, str, Any], None], settle_loaders: bool = False) -> None:
+               deadline: float, emit: Callable[[Hashable, str, Any], None]) -> None:
     """One timed block per loader per turn, in each turn's order, until the orders or the time run
-    out; a turn cut by the deadline is not finished. ``settle_loaders``: after its block, a loader's
-    workers finish their work before the next block starts (at most ``SETTLE_BLOCKS`` blocks)."""
+    out; a turn cut by the deadline is not finished."""
     for order in orders:
         for role in order:
             meter, config = meters[role], loaders[role][1]
             emit(role, "block", timed_turn(meter, config, block_s, deadline))
-            if settle_loaders:
-                settle(meter, min(deadline, time.perf_counter() + SETTLE_BLOCKS * block_s))
         if time.perf_counter() > deadline:
             return
 
@@ -139,39 +137,6 @@ def race_orders(count: int, pairs: int, seed: int) -> Iterator[tuple[int, ...]]:
         rng.shuffle(order)
         yield tuple(order)
         yield tuple(reversed(order))
-
-
-def measure_race(
-    spec: LoadedSpec,
-    configs: list[TrialConfig],
-    device: torch.device,
-    timing: Timing,
-    options: LoaderOptions,
-    emit: Callable[[str, Any], None],
-    pairs: int,
-    seed: int = 0,
-    workload: StepWorkload | None = None,
-    measured: Callable[[], None] = lambda: None,
-) -> None:
-    """A leg of a scan's race: every config's loader alive at once, their blocks taking turns in
-    ``race_orders``; each loader's figures go out as ``("race", (index, kind, payload))``."""
-    deadline = time.perf_counter() + timing.max_s
-    loaders: Loaders = {i: (spec, c) for i, c in enumerate(configs)}
-
-    def tagged(role: Hashable, kind: str, payload: Any) -> None:
-        if kind == "warning":
-            emit("warning", payload)
-        elif kind in ("startup", "batch", "warmup", "block"):
-            emit("race", (role, kind, payload))
-
-    # blocks cut by time: a loader whose blocks held whole epochs (a short epoch, or one that restarts its
-    # workers) would take turns of seconds beside its neighbours' quarter seconds, and their ratio would
-    # no longer be of neighbours; an epoch's end (and a restart) then falls inside some of its blocks
-    meters, firsts = open_meters(loaders, device, timing, options, workload, deadline, tagged, whole_epochs=False)
-    orders = race_orders(len(configs), pairs, seed)
-    finish_trial(partial(take_turns, meters, loaders, orders, timing.block_s / 2, deadline, tagged, settle_loaders=True),
-                 device, configs[0], firsts[0], emit, measured)
-    del meters
 
 
 def timed_turn(meter: Meter, config: TrialConfig, block_s: float, deadline: float) -> Block:

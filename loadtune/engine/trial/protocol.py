@@ -41,7 +41,6 @@ class Kind(StrEnum):
     BLOCK = "block"  # one timed Block
     CALIBRATION = "calibration"  # one timed Block of the shaped calibration, between the config's (check)
     DEFAULTS = "defaults"  # one timed Block of PyTorch's defaults, beside the config's (check)
-    RACE = "race"  # a raced loader's figure, as (index, "startup" | "batch" | "warmup" | "block", payload): engine.race reads them
     CPU = "cpu"  # CPU seconds of the loader's processes over the timed blocks
     LOAD = "load"  # the LoadReading over the timed blocks: the machine's CPUs against the trial's own
     GPU_MEMORY = "gpu_memory"  # the device's GPUUsage (allocator peaks, pinned memory)
@@ -49,6 +48,7 @@ class Kind(StrEnum):
     STAGES = "stages"  # the profiling run's StageCosts
     MEASURED = "measured"  # the loaders are at steady state, held alive until the parent's ACK
     ACK = "ack"  # parent to child: the memory sample is taken, tear down
+    READY = "ready"  # a side of a run in turns (``trial.duet``) is warmed up and settled: it awaits its turns
     TURN = "turn"  # parent to child (``trial.duet``): time one block of this many seconds now; None: stop
     ORIGINS = "origins"  # where the spec's own modules were loaded from (``trial.duet``: each side imports its own code)
     BARRIER = "barrier"  # rank to agent: it reached the named barrier
