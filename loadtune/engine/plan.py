@@ -299,9 +299,9 @@ def make_strategy(
 
 
 def races(opts: ScanOptions) -> bool:
-    """The contenders are raced side by side in one process (``engine/race.py``): always, unless the
-    user asked for no re-measuring (``confirm`` or ``race_legs`` 0) or each trial runs several ranks, which one
-    process cannot hold; those scans keep the closing rounds of separate trials."""
+    """The contenders are raced side by side (``engine/race.py``): always, unless the user asked for no
+    race (``race_legs`` 0) or no re-measuring (``confirm`` 0), or each trial runs several ranks, whose agent
+    cannot take turns; those scans keep the closing rounds of separate trials."""
     return opts.confirm > 0 and opts.race_legs > 0 and opts.nproc_per_node == 1 and opts.nnodes == 1
 
 

@@ -44,10 +44,9 @@ class ScanOptions:
     search: str = "adaptive"  # "adaptive" or "grid" (exhaustive)
     budget: float | None = None  # seconds for the whole scan; no new trial starts past it
     confirm: int = 1  # rounds in which the contenders are re-measured side by side (several ranks per trial; 0: none, and no race)
-    # the race's legs at most (fresh processes, each timing the contenders in turns); 0 (the default for
-    # now): no race, the closing rounds of separate trials. Opt-in until an in-process loader
-    # (num_workers=0) raced beside worker loaders is measured right (docs/measuring.md#the-search)
-    race_legs: int = 0
+    # the race's legs at most (each a live process per contender, their blocks timed in turns); 0: no
+    # race, the closing rounds of separate trials (docs/measuring.md#the-search)
+    race_legs: int = 3
     seed: int = 0  # trial order and shuffling
     step_ms: float | None = None  # a synthetic consumer step of about this many ms per batch (no spec step needed)
     transfer: list[str] | None = None  # transfer strategies to search on a CUDA device; None: sync, non_blocking, stream
