@@ -1,21 +1,22 @@
-"""autotune on the live loop against the scan's pick, with a CPU training step.
+"""autotune on the live loop against the best fixed config, found by long interleaved runs.
 
-For each archetype (benchmarks/archetypes/: cpu_bound, storage_latency), in one process:
+For each archetype (benchmarks/archetypes/: cpu_bound, and storage_latency, whose best lies at 32 or
+more workers), with a calibrated synthetic CPU training step (``--step-ms``):
 
-a. a default scan with ``--step-ms`` (``loadtune.scan``): the scan's pick, measured with a calibrated
-   synthetic CPU step; the same step (the same matmuls) is then the training step of every loop below;
-b. over ``--repeats`` rounds, in a shuffled order within each round, one first epoch (a fresh loader,
-   worker start-up included) of a training loop over the same data: with ``loadtune.autotune``, with
-   PyTorch's defaults, with the scan's pick, and with the config autotune settled on in round 1;
-c. in each round, right after its autotune epoch, the settled config and the scan's pick side by side
-   (shuffled order), each a steady window of ``--window`` batches after its start-up backlog: the
-   ratio settled / pick per round. Target: the median ratio at least 95%.
+a. the reference: every candidate config (worker counts up to 64, prefetch 2, persistent), each a
+   plain DataLoader in the training loop, timed over ``--long-s`` seconds after its start-up backlog,
+   in ``--long-rounds`` rounds of a shuffled order; the best fixed config is the one with the highest
+   median;
+b. ``--repeats`` times: a fresh ``loadtune.autotune`` in the same training loop, epoch after epoch
+   until it settles (its tuning cost: the epochs' time until then against the best fixed config's
+   time for the same samples, at its reference rate); then the settled config and the best fixed
+   config side by side, ``--check-rounds`` interleaved rounds of ``--long-s`` each: the ratio
+   settled / best, the median of the rounds' ratios. Target: >= 0.95 in at least 4 of 5 repeats.
 
     python benchmarks/autotune.py --out benchmarks/autotune.json
     python benchmarks/autotune.py --quick --out /tmp/autotune.json   # a smoke run, a few minutes
 
-Figures are throughputs and times on this machine: the load average at the start and the end is
-recorded, and on a shared machine only the side-by-side ratios mean much.
+Run alone on the machine: only ratios measured side by side mean much on a shared machine.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import loadtune
-from loadtune.engine.trial.workload import StepWorkload
+from loadtune.engine.trial.workload import calibrate
 from loadtune.live.meter import warmup_batches
 from loadtune.model.config import TrialConfig
 
@@ -47,124 +48,131 @@ from cpu_bound import CpuBoundDataset  # noqa: E402
 from storage_latency import StorageLatencyDataset  # noqa: E402
 
 ARCHETYPES = {
-    # spec for the scan, the dataset of the training loop's epoch, batch size, the step's ms per batch
-    # epochs of 300 and 500 batches: a few times what tuning takes, as a real epoch (often far longer) is
-    "cpu_bound": dict(spec=HERE / "archetypes" / "cpu_bound.py", make=CpuBoundDataset, length=9600, batch=32, step_ms=20),
-    "storage_latency": dict(spec=HERE / "archetypes" / "storage_latency.py", make=StorageLatencyDataset, length=16000,
-                            batch=32, step_ms=10),
+    # the dataset of the training loop's epoch, batch size, the step's ms per batch, the worker counts of the reference
+    "cpu_bound": dict(make=CpuBoundDataset, length=9600, batch=32, step_ms=5, workers=[0, 1, 2, 4]),
+    "storage_latency": dict(make=StorageLatencyDataset, length=20000, batch=32, step_ms=2, workers=[0, 2, 8, 16, 32, 64]),
 }
+MAX_EPOCHS = 8  # epochs a repeat lets autotune take (its own cap is five)
 
 
-def fixed_loader(dataset, config: TrialConfig) -> DataLoader:
-    """A plain DataLoader with ``config``, as a user would write it (its batch size is the config's)."""
+def fixed(batch: int, workers: int) -> TrialConfig:
+    return TrialConfig(batch, workers, False, 2 if workers else None, bool(workers))
+
+
+def loader_of(dataset, config: TrialConfig) -> DataLoader:
+    """A plain DataLoader with ``config``, as a user would write it."""
     return DataLoader(dataset, shuffle=True, **config.loader_kwargs())
 
 
-def train_epoch(loader, step) -> dict:
-    """One epoch of the training loop: every batch goes through ``step``."""
-    start = time.perf_counter()
-    samples = 0
-    for x, _ in loader:
-        step(x)
-        samples += len(x)
-    return {"seconds": time.perf_counter() - start, "samples": samples}
+def steady_rate(dataset, config: TrialConfig, step, seconds: float) -> float:
+    """Samples/s of ``config`` in the training loop over ``seconds``, after its start-up backlog and a
+    burst (``live.meter.warmup_batches``), epochs restarting as they end."""
+    loader = loader_of(dataset, config)
+    it = iter(loader)
 
+    def take():
+        nonlocal it
+        try:
+            return next(it)
+        except StopIteration:
+            it = iter(loader)
+            return next(it)
 
-def steady_rate(dataset, config: TrialConfig, step, window: int) -> float:
-    """Samples/s of ``config`` over ``window`` batches of the loop, after its start-up backlog."""
-    loader = iter(fixed_loader(dataset, config))
     for _ in range(warmup_batches(config)):
-        step(next(loader)[0])
+        step(take()[0])
     start, samples = time.perf_counter(), 0
-    for _ in range(window):
-        x, _ = next(loader)
+    while time.perf_counter() - start < seconds:
+        x, _ = take()
         step(x)
         samples += len(x)
-    rate = samples / (time.perf_counter() - start)
-    del loader
-    return rate
+    return samples / (time.perf_counter() - start)  # the loader and its workers go with this frame
 
 
-def autotune_epoch(dataset, batch: int, step) -> dict:
-    loader = loadtune.autotune(dataset, batch_size=batch, shuffle=True, log=False)
-    out = train_epoch(loader, step)
+def reference(dataset, spec: dict, step, args, rng: random.Random) -> dict:
+    """Every candidate's steady rate over shuffled rounds; the best by median."""
+    configs = [fixed(spec["batch"], w) for w in spec["workers"]]
+    rates: dict[str, list[float]] = {c.label(): [] for c in configs}
+    for r in range(args.long_rounds):
+        order = configs[:]
+        rng.shuffle(order)
+        for c in order:
+            rates[c.label()].append(steady_rate(dataset, c, step, args.long_s))
+        print(f"  reference round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rates.items()), flush=True)
+    medians = {k: statistics.median(v) for k, v in rates.items()}
+    best = max(configs, key=lambda c: medians[c.label()])
+    return {"rates": rates, "medians": medians, "best": best.to_dict(), "best_label": best.label()}
+
+
+def autotune_run(dataset, spec: dict, step) -> dict:
+    """Epochs of the training loop with autotune until it settles: the tuning's cost and its pick."""
+    loader = loadtune.autotune(dataset, batch_size=spec["batch"], shuffle=True, log=False)
+    seconds, samples, epochs = 0.0, 0, 0
+    while epochs < MAX_EPOCHS and not loader.report().settled:
+        start = time.perf_counter()
+        for x, _ in loader:
+            step(x)
+            samples += len(x)
+        seconds += time.perf_counter() - start
+        epochs += 1
     report = loader.report()
-    out.update(settled=report.config.to_dict(), label=report.config.label(), tuning_s=report.cost.seconds,
-               tuning_batches=report.cost.batches, windows=len(report.trials), loaders=report.cost.loaders,
-               stop=report.stop, lost_s=report.lost_s)
-    return out
+    return {"settled": report.config.to_dict(), "label": report.config.label(), "is_settled": report.settled,
+            "epochs": epochs, "seconds": seconds, "samples": samples, "tuning_s": report.cost.seconds,
+            "windows": len(report.trials), "raced": sum(t.raced for t in report.trials), "stop": report.stop,
+            "untried": [c.label() for c in report.untried]}
+
+
+def side_by_side(dataset, a: TrialConfig, b: TrialConfig, step, args, rng: random.Random) -> list[float]:
+    """``--check-rounds`` ratios a / b, each round both configs in a shuffled order."""
+    ratios = []
+    for _ in range(args.check_rounds):
+        pair = [("a", a), ("b", b)]
+        rng.shuffle(pair)
+        got = {k: steady_rate(dataset, c, step, args.long_s) for k, c in pair}
+        ratios.append(got["a"] / got["b"])
+    return ratios
 
 
 def run_archetype(name: str, spec: dict, args) -> dict:
-    print(f"{name}: scanning with a {spec['step_ms']} ms CPU step", flush=True)
-    scan_opts = dict(batch_size=[spec["batch"]], step_ms=spec["step_ms"], seed=args.seed, budget=args.scan_budget)
-    if args.quick:
-        scan_opts.update(warmup=0.3, block_time=0.2, blocks=4, min_blocks=3, confirm=0, reference_rounds=0, diagnose=False)
-    t = time.perf_counter()
-    scan = loadtune.scan(str(spec["spec"]), **scan_opts)
-    scan_s = time.perf_counter() - t
-    pick = scan.recommendation.config
-    step = StepWorkload.from_dict(scan.settings.step).build(torch.device("cpu"))
-    print(f"  scan's pick: {pick.label()} ({scan_s:.0f} s)", flush=True)
+    step = calibrate(spec["step_ms"], "cpu").build(torch.device("cpu"))
     dataset = spec["make"](spec["length"])
-    default = TrialConfig(spec["batch"], 0)
     rng = random.Random(args.seed)
-    rounds = []
-    settled: TrialConfig | None = None
+    print(f"{name}: reference runs ({args.long_rounds} rounds of {len(spec['workers'])} configs)", flush=True)
+    ref = reference(dataset, spec, step, args, rng)
+    best = TrialConfig.from_dict(ref["best"])
+    best_rate = ref["medians"][best.label()]
+    print(f"  best fixed config: {best.label()} ({best_rate:,.0f} samples/s)", flush=True)
+    repeats = []
     for r in range(args.repeats):
-        got: dict = {}
-        got["autotune"] = autotune_epoch(dataset, spec["batch"], step)
-        this = TrialConfig.from_dict(got["autotune"]["settled"])
-        settled = settled or this
-        epochs = {"defaults": default, "scan_pick": pick, "settled_round1": settled}
-        order = list(epochs)
-        rng.shuffle(order)
-        for key in order:
-            got[key] = train_epoch(fixed_loader(dataset, epochs[key]), step)
-        pair = [("settled", this), ("scan_pick", pick)]
-        rng.shuffle(pair)
-        steady = {key: steady_rate(dataset, config, step, args.window) for key, config in pair}
-        got["steady"] = steady | {"ratio": steady["settled"] / steady["scan_pick"], "settled": this.label()}
-        rounds.append(got)
-        print(f"  round {r + 1}: autotune {got['autotune']['seconds']:.1f} s (settled {this.label()}, tuning "
-              f"{got['autotune']['tuning_s']:.1f} s), defaults {got['defaults']['seconds']:.1f} s, scan's pick "
-              f"{got['scan_pick']['seconds']:.1f} s, settled {got['settled_round1']['seconds']:.1f} s; steady "
-              f"settled/pick {got['steady']['ratio']:.1%}", flush=True)
-    return {"scan": {"pick": pick.label(), "seconds": scan_s, "step": scan.settings.step}, "rounds": rounds,
-            "summary": summarise(rounds)}
-
-
-def summarise(rounds: list[dict]) -> dict:
-    """Medians over rounds; the epoch ratios are taken within each round (side by side), then the median."""
-    ratios = [r["steady"]["ratio"] for r in rounds]
-
-    def epoch_ratio(key: str) -> list[float]:
-        return [r["autotune"]["seconds"] / r[key]["seconds"] for r in rounds]
-
-    best = [min(r[k]["seconds"] for k in ("scan_pick", "settled_round1")) for r in rounds]
-    return {
-        "steady_ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
-        "epoch_vs_defaults": statistics.median(epoch_ratio("defaults")),
-        "epoch_vs_scan_pick": statistics.median(epoch_ratio("scan_pick")),
-        "epoch_vs_best_fixed": statistics.median(r["autotune"]["seconds"] / b for r, b in zip(rounds, best)),
-        "settled": [r["autotune"]["label"] for r in rounds],
-        "tuning_s": statistics.median(r["autotune"]["tuning_s"] for r in rounds),
-    }
+        run = autotune_run(dataset, spec, step)
+        settled = TrialConfig.from_dict(run["settled"])
+        run["ratios"] = [1.0] * args.check_rounds if settled == best else side_by_side(dataset, settled, best, step, args, rng)
+        run["ratio"] = statistics.median(run["ratios"])
+        run["cost_vs_best"] = run["seconds"] / (run["samples"] / best_rate)  # the tuning epochs against the best config's time
+        repeats.append(run)
+        print(f"  repeat {r + 1}: settled {run['label']} after {run['epochs']} epochs ({run['stop']}); "
+              f"settled/best {run['ratio']:.3f}; those epochs took {run['cost_vs_best']:.2f}x the best config's time", flush=True)
+    ratios = [r["ratio"] for r in repeats]
+    return {"reference": ref, "repeats": repeats,
+            "summary": {"best": best.label(), "settled": [r["label"] for r in repeats], "ratios": ratios,
+                        "at_least_95": sum(x >= 0.95 for x in ratios), "repeats": len(ratios),
+                        "cost_vs_best_median": statistics.median(r["cost_vs_best"] for r in repeats),
+                        "epochs_median": statistics.median(r["epochs"] for r in repeats)}}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--window", type=int, default=40, help="batches of each steady side-by-side window")
-    parser.add_argument("--scan-budget", type=float, default=240.0, help="seconds for each scan")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--long-rounds", type=int, default=3)
+    parser.add_argument("--check-rounds", type=int, default=3)
+    parser.add_argument("--long-s", type=float, default=4.0, help="seconds of each steady run")
     parser.add_argument("--archetypes", default=",".join(ARCHETYPES))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores, on purpose
     if args.quick:
-        args.repeats, args.window, args.scan_budget = 1, 20, 90.0
+        args.repeats, args.long_rounds, args.check_rounds, args.long_s = 1, 1, 1, 2.0
     out = {"meta": run_meta(argv), "load_before": os.getloadavg()[0], "archetypes": {}}
     for name in args.archetypes.split(","):
         out["archetypes"][name] = run_archetype(name, ARCHETYPES[name], args)
@@ -173,9 +181,8 @@ def main(argv: list[str] | None = None) -> None:
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     for name, got in out["archetypes"].items():
         s = got["summary"]
-        print(f"{name}: steady settled/pick median {s['steady_ratio']['median']:.1%} "
-              f"({s['steady_ratio']['min']:.1%}-{s['steady_ratio']['max']:.1%}); first epoch with autotune "
-              f"{s['epoch_vs_defaults']:.2f}x the defaults' time, {s['epoch_vs_best_fixed']:.2f}x the best fixed config's")
+        print(f"{name}: best fixed {s['best']}; settled {s['settled']}; settled/best {[round(x, 3) for x in s['ratios']]}: "
+              f"{s['at_least_95']}/{s['repeats']} at >= 0.95; tuning epochs {s['cost_vs_best_median']:.2f}x the best config's time")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ For a pair of configs on each archetype (two worker counts a scan would weigh ag
 the README's example, where a loader without workers races one that restarts its workers every epoch),
 ``--races`` races of the two (``engine.race.race``, legs of real trial processes, the scan's defaults)
 each give a ratio a / b with its 95% interval. The reference is what a user's own loop gets: long runs
-of a plain ``DataLoader`` loop (``for batch in loader``, a warm-up, then ``--long-s`` seconds timed), one
+of a plain ``DataLoader`` loop (``for batch in loader``, the spec's ``step`` on each batch where it has
+one, a warm-up, then ``--long-s`` seconds timed), one
 process per run, the two configs interleaved (a b, b a, ...) over ``--long-rounds`` rounds; its ratio is
 the geometric mean of the rounds' ratios. Races and long runs alternate per archetype. Reported: how
 many race intervals hold the long-run ratio, and their half-widths.
@@ -64,9 +65,11 @@ sys.modules["archetype"] = mod; spec.loader.exec_module(mod)
 ds = mod.dataset(); batch, workers, warm, timed = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 kw = dict(prefetch_factor=2, persistent_workers=sys.argv[6] == "1") if workers else {}
 loader = DataLoader(ds, batch_size=batch, shuffle=not isinstance(ds, IterableDataset), num_workers=workers, **kw)
+step = getattr(mod, "step", None) or (lambda batch: None)  # the spec's consumer, as a trial runs it
 clock = time.perf_counter; start = None; samples = 0; warm_until = clock() + warm
 while True:
     for b in loader:
+        step(b)
         now = clock()
         if start is None:
             if now >= warm_until:

@@ -6,8 +6,13 @@ sampler's order; an IterableDataset switches only at epoch boundaries; two gloo 
 import collections
 import io
 import json
+import math
 import multiprocessing
+import random
+import statistics
 import time
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -17,7 +22,9 @@ from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
 
 import loadtune
 from loadtune.live.forms import make_source
-from loadtune.live.meter import MIN_BLOCK_BATCHES, Window, block_batches, warmup_batches
+from loadtune.analysis.race import SLOWER, TIED, verdict
+from loadtune.live.meter import MIN_BLOCK_BATCHES, Window, block_batches, warmup_batches, whole_bursts
+from loadtune.live.race import SETTLE_TURNS, Leg, LiveLeg
 from loadtune.live.order import EpochOrder, Handout
 from loadtune.live.report import Cost, LiveReport, LoaderForm
 from loadtune.live.tuner import AutotuneError, Budget, LiveOptions, Tuner, make_search, not_the_bottleneck, search_space
@@ -25,8 +32,8 @@ from loadtune.model.config import TrialConfig
 from loadtune.model.results import Block, ScanResult, Trial
 from loadtune.report.scan import print_report
 
-# windows of a few batches: the tests check what autotune does, not what it measures
-QUICK_TUNE = dict(workers=[0, 1, 2], block_batches=3, min_blocks=2, max_blocks=2, log=False)
+# windows of a few batches, tuning within the first epoch: the tests check what autotune does, not what it measures
+QUICK_TUNE = dict(workers=[0, 1, 2], block_batches=3, min_blocks=2, max_blocks=2, tune_epochs=1, log=False)
 
 
 class Indices(Dataset):
@@ -92,9 +99,36 @@ def test_blocks_last_block_s_and_grow_with_the_steps_variation():
     assert steady == 5 and noisy > 4 * steady  # a step that varies gets longer blocks
 
 
-def test_warmup_covers_the_start_up_backlog():
+def test_warmup_covers_the_start_up_backlog_and_one_burst():
     assert warmup_batches(TrialConfig(8, 0)) == 2
-    assert warmup_batches(TrialConfig(8, 4, prefetch_factor=3)) == 4 * 3 + 2
+    assert warmup_batches(TrialConfig(8, 1, prefetch_factor=3)) == 1 * 3 + 2
+    assert warmup_batches(TrialConfig(8, 16, prefetch_factor=2)) == 16 * 2 + 16  # the backlog, then a burst
+
+
+def burst_arrivals(workers, period, bursts, seed=0):
+    """When the batches of ``workers`` workers that started together arrive: a burst of one batch each
+    every ``period`` seconds (each worker's batch takes the period), with a little jitter."""
+    rng = random.Random(seed)
+    return sorted(k * period + rng.uniform(0, period / 50) for k in range(1, bursts + 1) for _ in range(workers))
+
+
+def block_rates(arrivals, size, start):
+    """Batches a second of consecutive blocks of ``size`` batches, the first timed from batch ``start``."""
+    return [size / (arrivals[i + size - 1] - arrivals[i - 1]) for i in range(start, len(arrivals) - size + 1, size)]
+
+
+def test_blocks_hold_whole_bursts_of_the_workers():
+    assert block_batches([], interval=0.001, block_s=0.001, workers=16) == 32  # two batches per worker at least
+    assert block_batches([0.01] * 10, interval=0.01, block_s=0.25, workers=16) == 32  # 25 by time, in whole bursts
+    assert block_batches([0.01] * 10, interval=0.01, block_s=0.2, workers=0) == 20  # no workers: no bursts
+    assert whole_bursts(33, 16) == 48 and whole_bursts(5, 0) == 5
+    # 16 workers deliver 16 batches at once every 0.1 s: 160 batches a second, in bursts
+    arrivals = burst_arrivals(16, 0.1, 40)
+    start = warmup_batches(TrialConfig(8, 16, prefetch_factor=2))  # timing starts after the backlog and a burst
+    whole = block_rates(arrivals, block_batches([], 0.001, 0.05, workers=16), start)
+    part = block_rates(arrivals, 9, start)  # what a budget's cap of 9 batches a block gave
+    assert max(whole) / min(whole) < 1.05 and statistics.median(whole) == pytest.approx(160, rel=0.03)
+    assert max(part) / min(part) > 10  # a burst in one block, a gap in the next: "±110%"
 
 
 def waited(config, share, samples=100, blocks=5):
@@ -125,6 +159,83 @@ def test_the_search_starts_at_pytorchs_defaults_and_stops_once_loading_is_not_th
     t.record(waited(second, 0.005, samples=160))
     assert t.next() is None and "not the bottleneck" in t.stop
     assert t.decide().config == second
+
+
+def race_legs(rates, legs=3, seed=0, drift=0.005, noise=0.03):
+    """The trials of ``legs`` simulated legs on the live loop: ``rates`` (config -> samples/s) times a
+    pace that drifts batch by batch, shared by the racers, and each batch's own noise."""
+    rng, pace, trials = random.Random(seed), 1.0, []
+    for number in range(1, legs + 1):
+        leg = LiveLeg.begin(Leg(tuple(rates), number), {c: 6 for c in rates}, seed + number)
+        while (config := leg.next_turn()) is not None:
+            leg.resume(ready=(config.prefetch_factor or 0) * config.num_workers, before_settled=True)
+            while True:
+                pace *= math.exp(rng.gauss(0, drift))
+                interval = 8 / (rates[config] * pace) * math.exp(rng.gauss(0, noise))
+                if leg.pending is None:
+                    leg.untimed_batch(before_settled=True)
+                elif leg.timed_batch(interval, 0.0, 8):
+                    break
+        trials += leg.trials()
+    return trials
+
+
+def test_a_race_on_the_live_loop_tells_10_percent_apart_and_ties_identical_configs():
+    a, b, c = TrialConfig(8, 2, prefetch_factor=2), TrialConfig(8, 4, prefetch_factor=2), TrialConfig(8, 8, prefetch_factor=2)
+    slower = [verdict(race_legs({a: 900.0, b: 1000.0}, seed=s), 0.02).standing(a).status for s in range(20)]
+    assert slower.count(SLOWER) >= 18
+    tied = [verdict(race_legs({b: 1000.0, c: 1000.0}, seed=s), 0.02) for s in range(20)]
+    assert not any(SLOWER in (v.standing(b).status, v.standing(c).status) for v in tied)
+    assert sum(TIED in (v.standing(b).status, v.standing(c).status) for v in tied) >= 14
+
+
+def test_a_turn_waits_for_the_racer_before_to_settle_and_keeps_whole_turns():
+    a, b = TrialConfig(8, 2, prefetch_factor=2), TrialConfig(8, 4, prefetch_factor=2)
+    leg = LiveLeg.begin(Leg((a, b), 1), {a: 3, b: 5}, seed=0)
+    assert leg.block_size == {a: 4, b: 8}  # whole bursts of each one's workers
+    first = leg.next_turn()
+    leg.resume(ready=4, before_settled=False)  # its backlog, then one burst, untimed
+    for _ in range(4 + first.num_workers):
+        assert leg.pending is None
+        leg.untimed_batch(before_settled=True)
+    assert leg.pending is not None
+    second = leg.next_turn()
+    leg.resume(ready=0, before_settled=False)
+    for _ in range(SETTLE_TURNS * leg.block_size[second] - 1):  # the racer before still has batches in flight
+        leg.untimed_batch(before_settled=False)
+    assert leg.pending is None
+    leg.untimed_batch(before_settled=False)
+    assert leg.pending is not None  # it waited long enough: timed all the same
+    while not leg.timed_batch(0.01, 0.0, 8):
+        pass
+    trials = leg.trials()  # the first config timed no block: no whole turn
+    assert [t.ok for t in trials] == [False, False] and all(t.raced and t.round == 1 for t in trials)
+
+
+def test_after_the_search_the_contenders_race_on_the_live_loop():
+    options = LiveOptions(race_legs=2)
+    space = search_space(8, {}, LiveOptions(workers=[0, 1, 2, 4]), cores=2)
+    t = Tuner(empty_result(), make_search(space, options, False, cores=2, ranks=1, memory=2**34, races=True), options, races=True)
+    def rate(config):  # two workers reach the bound: more add 2%, which a screening window cannot tell
+        return min(300.0 * (1 + config.num_workers), 900.0 + config.num_workers)
+
+    step = t.next()
+    while not isinstance(step, Leg):
+        t.record(waited(step.config, 0.4, samples=int(rate(step.config))))
+        step = t.next()
+    assert step.number == 1 and 2 <= len(step.configs) <= 3
+    assert any(c.is_pytorch_default for c in step.configs)  # the gain over the defaults is raced too
+    assert any(c.num_workers == 2 for c in step.configs)  # the cheapest of the contenders
+    for trial in race_legs({c: rate(c) for c in step.configs}, legs=1):
+        t.record(trial)
+    second = t.next()
+    if second is not None:  # the leader and the undecided race on
+        assert isinstance(second, Leg) and second.number == 2 and not any(c.is_pytorch_default for c in second.configs)
+        for trial in race_legs({c: rate(c) for c in second.configs}, legs=1, seed=5):
+            t.record(replace(trial, round=2))
+        assert t.next() is None
+    assert "race decided" in t.stop or "legs were spent" in t.stop
+    assert t.decide().config.num_workers >= 2 and t.decide().speedup_pairs >= 3
 
 
 def test_knobs_given_to_autotune_stay_fixed():
@@ -242,7 +353,7 @@ def test_drop_last_drops_only_the_short_last_batch():
 
 @pytest.mark.slow
 def test_an_iterable_dataset_switches_at_epoch_boundaries_only(tmp_path):
-    loader = loadtune.autotune(Stream(120), batch_size=4, confirm=0, save=tmp_path / "a.json", **QUICK_TUNE)
+    loader = loadtune.autotune(Stream(120), batch_size=4, confirm=0, save=tmp_path / "a.json", **(QUICK_TUNE | {"tune_epochs": None}))
     configs = []
     for _ in range(5):
         assert sorted(flat(one_epoch(loader))) == list(range(120))  # every epoch whole
@@ -252,6 +363,24 @@ def test_an_iterable_dataset_switches_at_epoch_boundaries_only(tmp_path):
     tried = [t.config for t in report.trials]
     assert len(tried) >= 2 and tried == configs[: len(tried)]  # one config per epoch
     assert json.loads((tmp_path / "a.json").read_text())["recommendation"]["config"] == report.config.to_dict()
+
+
+@pytest.mark.slow
+def test_on_a_dataset_that_waits_on_storage_autotune_goes_far_past_the_cores_and_races_the_best():
+    """Samples that wait 4 ms each and cost little CPU: workers wait, not compute, so throughput rises
+    with their count far past the two cores here; the search extends the range into later epochs and
+    the contenders race. Every epoch delivers every index once, across every switch and every turn."""
+    data = Indices(4000, delay=0.004)
+    loader = loadtune.autotune(data, batch_size=8, shuffle=True, log=False)
+    for _ in range(6):
+        assert sorted(flat(one_epoch(loader, step_s=0))) == list(range(4000))
+        if loader.report().settled:
+            break
+    report = loader.report()
+    assert report.settled and not report.cut_short, report.stop
+    assert report.config.num_workers >= 8, report.text()  # four times the cores, at least
+    assert any(t.raced for t in report.trials) and report.result.recommendation.speedup_pairs >= 3
+    assert sorted(flat(one_epoch(loader))) == list(range(4000))  # settled: a plain DataLoader
 
 
 def rank_main(rank, store, out):

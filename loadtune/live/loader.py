@@ -2,15 +2,18 @@
 
 While it tunes, each config gets a window of the loop (``meter.Window``); a switch closes the running
 loader's ``Handout`` (it delivers what its workers hold, then ends) and starts the next config's
-loader, which goes on with the same epoch's order. Once tuned, the settled config's loader is the
-DataLoader the loop iterates, directly: nothing of loadtune stays between the loop and its batches
-but the batch sampler that hands out the shared order.
+loader, which goes on with the same epoch's order. Then the contenders race: their loaders alive
+together, the loop's batches taken from them in turns (``live/race.py``). Tuning goes on into the
+next epochs until the search and the race end, ``TUNE_EPOCHS`` epochs at most unless told otherwise.
+Once tuned, the settled config's loader is the DataLoader the loop iterates, directly: nothing of
+loadtune stays between the loop and its batches but the batch sampler that hands out the shared order.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import sys
 import time
@@ -20,13 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, RandomSampler
 
 from loadtune.engine.distributed.layout import cores_per_rank
+from loadtune.engine.trial.measure import ready_batches
+from loadtune.engine.trial.paired import in_flight
 from loadtune.engine.trial.transfer import batch_size_of
 from loadtune.live.forms import Source, make_source, split_fixed
-from loadtune.live.meter import MAX_BLOCK_BATCHES, MIN_BLOCK_BATCHES, Window, block_batches, warmup_batches
+from loadtune.live.meter import MAX_BLOCK_BATCHES, MIN_BLOCK_BATCHES, Pending, Window, block_batches, warmup_batches, whole_bursts
 from loadtune.live.order import EpochOrder, Handout
+from loadtune.live.race import Leg, LiveLeg
 from loadtune.live.ranks import Ranks
 from loadtune.live.report import LiveReport
 from loadtune.live.tuner import AutotuneError, Budget, LiveOptions, Tuner, make_search, search_space
@@ -37,6 +43,7 @@ from loadtune.search.strategy import Proposal
 CLOCK = time.perf_counter
 STEP_MEMORY = 256  # per-batch step times kept for sizing blocks
 PLANNED_WINDOWS = 8  # windows a budget is sized for: the worker sweep, a refinement or two, the side-by-side round
+TUNE_EPOCHS = 5  # epochs tuning may take at most (configs switching inside an epoch), unless tune_epochs says otherwise
 log_ = logging.getLogger("loadtune.autotune")
 
 
@@ -93,14 +100,18 @@ class AutoLoader:
         local = local_ranks(ranks)
         accelerator = info.has_accelerator
         space = search_space(source.batch_size, fixed, options, cores_per_rank(info.usable_cores, local))
-        search = make_search(space, options, accelerator, info.usable_cores, local, info.memory_available_bytes)
         self.order = EpochOrder(source.template.batch_sampler) if source.in_epoch else None
-        self.tuner = Tuner(empty_result(source, info, options, space, accelerator), search, options)
+        races = options.race_legs > 0 and options.confirm > 0 and races_here(source, ranks)
+        search = make_search(space, options, accelerator, info.usable_cores, local, info.memory_available_bytes, races)
+        self.tuner = Tuner(empty_result(source, info, options, space, accelerator), search, options, races)
         self.report_ = LiveReport(self.tuner.result, "in-epoch" if self.order is not None else "across epochs",
                                   source.form, ranks.world)
-        self.epochs_allowed = options.tune_epochs or (1 if self.order is not None else 10**9)
+        self.epochs_allowed = options.tune_epochs or (TUNE_EPOCHS if self.order is not None else 10**9)
         self.budget: Budget | None = None
         self.active: Run | None = None
+        self.live: dict[TrialConfig, Run] = {}  # the racers' loaders, while the race runs
+        self.leg: LiveLeg | None = None
+        self.before: Run | None = None  # the racer whose turn came before the current one
         self.final: Run | None = None
         self.window: Window | None = None
         self.draining: list[Run] = []
@@ -156,7 +167,11 @@ class AutoLoader:
         if self.t0 is None:
             self.t0 = CLOCK()
             self.budget = Budget(self.fraction_batches(), self.options.tune_seconds, self.epochs_allowed)
-        if self.window is None and self.final is None:
+        if self.leg is not None:  # a leg goes on across the epoch's end: every racer starts its epoch
+            for run in self.live.values():
+                run.start()
+            self.next_turn(CLOCK())
+        elif self.window is None and self.final is None:
             self.next_window(CLOCK())
         for run in filter(None, (self.active,)):
             if run.iterator is None:
@@ -195,16 +210,28 @@ class AutoLoader:
                 continue
             return batch, (old, t_req, CLOCK(), self.samples_of(old, batch))
         run = self.active
-        if run is None or run.iterator is None:
-            return None
-        t_req = CLOCK()
-        try:
-            batch = next(run.iterator)
-        except StopIteration:
-            run.iterator = None
-            return None
-        t_got = CLOCK()
-        return batch, (run, t_req, t_got, self.samples_of(run, batch))
+        if run is not None and run.iterator is not None:
+            t_req = CLOCK()
+            try:
+                batch = next(run.iterator)
+            except StopIteration:
+                run.iterator = None
+            else:
+                return batch, (run, t_req, CLOCK(), self.samples_of(run, batch))
+        return self.leftover()
+
+    def leftover(self) -> tuple[Any, tuple] | None:
+        """At the epoch's end of a race, what the resting racers still hold (their order is exhausted)."""
+        for run in self.live.values():
+            while run.iterator is not None:
+                t_req = CLOCK()
+                try:
+                    batch = next(run.iterator)
+                except StopIteration:
+                    run.iterator = None
+                else:
+                    return batch, (run, t_req, CLOCK(), self.samples_of(run, batch))
+        return None
 
     def samples_of(self, run: Run, batch: Any) -> int:
         if run.handout is not None:
@@ -220,6 +247,9 @@ class AutoLoader:
         cost = self.report_.cost
         cost.batches += 1
         cost.samples += samples
+        if self.leg is not None:
+            self.race_batch(run, now - t_req, t_got - t_req, samples, now)
+            return
         window = self.window
         if window is None or run is not self.active:
             return  # a discarded loader's batch: trained on, timed in no window
@@ -238,13 +268,23 @@ class AutoLoader:
             self.blocked(window, now)
 
     def warmed(self, window: Window) -> None:
+        if window.block_batches:  # warmed up again after an epoch's start: discarded, its blocks go on
+            window.take()
+            return
         window.warmup = window.take()
-        size = self.options.block_batches or min(block_batches(self.steps, window.typical_interval, self.options.block_s),
-                                                 self.block_room())
+        size = self.block_size(window.config, window.typical_interval)
         if self.order is not None:  # every rank times blocks of the same batches
             size = int(self.ranks.most(size))
             window.startup_s = self.ranks.most(window.startup_s or 0.0)
         window.block_batches = self.last_block = size
+
+    def block_size(self, config: TrialConfig, interval: float) -> int:
+        """A block's batches for ``config`` at ``interval`` seconds a batch: by time and the step's noise,
+        within the budget's room, in whole bursts of its workers (those three always: a block of part
+        of a burst times a burst or a gap)."""
+        if self.options.block_batches:
+            return self.options.block_batches
+        return whole_bursts(min(block_batches(self.steps, interval, self.options.block_s), self.block_room()), config.num_workers)
 
     def block_room(self) -> int:
         """The most batches a block may take so that about ``PLANNED_WINDOWS`` windows fit the budget in
@@ -280,6 +320,9 @@ class AutoLoader:
     # -- switching ------------------------------------------------------------------------------
     def next_window(self, now: float) -> None:
         proposal = self.tuner.next()
+        if isinstance(proposal, Leg):
+            self.start_leg(proposal, now)
+            return
         if proposal is not None and self.order is not None:
             why = self.window_misfit(proposal.config)
             if why is not None:
@@ -294,9 +337,14 @@ class AutoLoader:
         """Why a window of ``config`` cannot end before tuning must: the budget, or the epoch's end."""
         same = self.active is not None and self.active.config == config
         backlog = 0 if self.active is None or same else warmup_batches(self.active.config)
-        need = backlog + (0 if same else warmup_batches(config)) + self.options.min_blocks * self.last_block
-        if self.epoch >= self.epochs_allowed and self.delivered + need > self.epoch_batches:
-            return "the first epoch ends before another window could"
+        block = self.options.block_batches or whole_bursts(self.last_block, config.num_workers)
+        need = backlog + (0 if same else warmup_batches(config)) + self.options.min_blocks * block
+        left = self.epoch_batches - self.delivered
+        if need > left:  # the window runs on into the next epochs, warming up again at each one's start
+            need += math.ceil((need - left) / self.epoch_batches) * warmup_batches(config)
+        if need > left + (self.epochs_allowed - self.epoch) * self.epoch_batches:
+            last = "the first epoch" if self.epochs_allowed == 1 else f"the {self.epochs_allowed} epochs tuning may take"
+            return f"{last} end before another window could"
         if self.budget.batches is not None and self.report_.cost.batches + need > self.budget.batches:
             return f"the tuning budget ({self.budget.batches} batches of the first epoch) ends before another window could"
         if self.budget.seconds is not None and self.elapsed + need * self.last_interval > self.budget.seconds:
@@ -316,6 +364,77 @@ class AutoLoader:
             self.retire(run)
             run = self.active = self.launch(config)
         self.window = Window(config, proposal.round, warmup_batches(config), now)
+
+    # -- the race ---------------------------------------------------------------------------------
+    def start_leg(self, leg: Leg, now: float) -> None:
+        """The racers' loaders alive together (the running one kept where it races), then the first turn."""
+        runs = [r for r in (*self.live.values(), self.active) if r is not None]
+        for config in leg.configs:
+            if config not in self.live:
+                self.live[config] = next((r for r in runs if r.config == config), None) or self.launch(config)
+        for run in {id(r): r for r in runs}.values():
+            if run.config not in leg.configs:
+                self.live.pop(run.config, None)
+                self.retire(run)
+        for run in self.live.values():
+            if run.iterator is None and not self.order.exhausted:
+                run.start()
+        sizes = {c: self.block_size(c, self.interval_of(c)) for c in leg.configs}
+        self.leg = LiveLeg.begin(leg, sizes, self.options.seed + leg.number)
+        self.active, self.before = None, None
+        self.next_turn(now)
+
+    def interval_of(self, config: TrialConfig) -> float:
+        """Seconds a batch of ``config`` in its windows so far (0 when it has none)."""
+        pooled = self.tuner.result.config_result(config)
+        rate = pooled.estimate.median if pooled is not None and pooled.estimate is not None else 0.0
+        return config.batch_size / rate if rate > 0 else 0.0
+
+    def next_turn(self, now: float) -> None:
+        """The next racer's turn: the leg's next config, or the end of the leg and the tuner's next step."""
+        self.before = self.active
+        config = self.leg.next_turn()
+        if config is None:
+            self.end_leg()
+            self.next_window(now)
+            return
+        run = self.active = self.live[config]
+        ready = ready_batches(run.iterator) if run.iterator is not None else None
+        self.leg.resume(ready or 0, self.settled())
+
+    def settled(self) -> bool:
+        """The racer before has no batch in flight: its workers have stopped using the cores."""
+        before = self.before
+        return before is None or before is self.active or before.iterator is None or in_flight(before.iterator) == 0
+
+    def race_batch(self, run: Run, interval: float, wait: float, samples: int, now: float) -> None:
+        """A batch of the race: untimed at a turn's start, then timed into the turn's block; a full
+        block ends the turn (and tuning, when the budget is spent)."""
+        leg = self.leg
+        if run is not self.active or leg.current is None:
+            return  # what a resting racer held at the epoch's end: trained on, timed in no block
+        if leg.pending is None:
+            leg.untimed_batch(self.settled())
+            return
+        if not leg.timed_batch(interval, wait, samples):
+            return
+        self.elapsed = now - self.t0
+        over = self.budget.over(self.report_.cost.batches, self.elapsed)
+        if over is not None:
+            self.end_leg()
+            self.tuner.end(over)
+            self.settle(now)
+            return
+        self.next_turn(now)
+
+    def end_leg(self) -> None:
+        """The leg's whole turns, kept as each racer's trial of it (a leg without one keeps nothing)."""
+        leg, self.leg = self.leg, None
+        if leg is None:
+            return
+        for trial in leg.trials():
+            if trial.ok:
+                self.tuner.record(trial)
 
     def launch(self, config: TrialConfig, start: bool = True) -> Run:
         handout = Handout(self.order) if self.order is not None else None
@@ -340,14 +459,19 @@ class AutoLoader:
             run.shutdown()
 
     def settle(self, now: float) -> None:
-        """Tuning is over: run the pick from here on (the running loader, if it has the pick's config)."""
+        """Tuning is over: run the pick from here on (a running loader, if one has the pick's config;
+        the others deliver what they hold first)."""
         rec = self.tuner.decide()
         config = rec.config if rec is not None else self.active.config if self.active is not None else self.fallback()
         self.window = None
-        if self.active is None or self.active.config != config:
-            run = self.launch(config, start=self.active is not None and self.active.iterator is not None)
-            self.retire(self.active)
-            self.active = run
+        runs = {id(r): r for r in (*self.live.values(), self.active) if r is not None}.values()
+        keep = next((r for r in runs if r.config == config), None)
+        if keep is None:
+            keep = self.launch(config, start=any(r.iterator is not None for r in runs))
+        for run in runs:
+            if run is not keep:
+                self.retire(run)
+        self.active, self.live = keep, {}
         self.final = self.active
         self.finish(rec, now)
 
@@ -359,6 +483,7 @@ class AutoLoader:
     def finish(self, rec: Recommendation | None, now: float) -> None:
         report = self.report_
         report.settled, report.config, report.stop = True, self.final.config, self.tuner.stop
+        report.untried = list(self.tuner.untried)
         report.cost.seconds = now - (self.t0 or now)
         result = report.result
         result.recommendation, result.state = rec, "complete"
@@ -373,6 +498,9 @@ class AutoLoader:
         cost = self.report_.cost
         notes = [f"tuned by loadtune.autotune on the live training loop ({self.report_.mode}): the real step, "
                  f"{cost.seconds:.1f} s of tuning, {cost.batches} batches trained on meanwhile; tuning ended: {self.tuner.stop}"]
+        if self.tuner.untried:
+            notes.append("the search was cut short: it had yet to try "
+                         + ", ".join(c.label() for c in self.tuner.untried) + " (a longer tuning budget would try them)")
         config = self.final.config
         if config.num_workers and config.persistent_workers and "persistent_workers" not in self.fixed:
             pick = self.tuner.result.config_result(config)
@@ -393,16 +521,33 @@ class AutoLoader:
             return
         if self.order is None:
             self.judge_epoch(now)
-        elif self.active is not None and self.active.iterator is not None:  # the loop left mid-epoch
-            self.window = None  # the window is lost; its config is tried again
-            self.active.shutdown()
-            self.active = None
+        elif any(r.iterator is not None for r in (*self.live.values(), self.active) if r is not None):  # the loop left mid-epoch
+            self.window = self.leg = None  # the window (or the leg) is lost; its configs are tried again
+            for run in (*self.live.values(), self.active):
+                if run is not None:
+                    run.shutdown()
+            self.active, self.live = None, {}
+        else:  # the epoch's end: a window or a leg goes on in the next, after its start-up
+            self.rewarm(now)
         over = self.epochs_over(now)
+        if over is not None and self.leg is not None:
+            self.end_leg()
         if over is not None:
             self.close_window(now)
             self.tuner.end(over)
         if self.tuner.stop is not None:
             self.settle(now)
+
+    def rewarm(self, now: float) -> None:
+        """At the epoch's end, the open window or leg waits for the next epoch: there the window warms
+        up again (its loader's start-up backlog, then a burst, untimed), and the leg's cut turn is run
+        again from its start. A window's block cut by the end is dropped; its whole blocks stay."""
+        if self.leg is not None:
+            self.leg.turns.appendleft(self.leg.current)
+            self.leg.current, self.leg.pending, self.active = None, None, None
+        elif self.window is not None:
+            window = self.window
+            window.pending, window.warmup_left = Pending(), warmup_batches(window.config)
 
     def epochs_over(self, now: float) -> str | None:
         if self.epoch >= self.epochs_allowed:
@@ -426,6 +571,13 @@ class AutoLoader:
             self.tuner.end(f"an epoch is too short to time {self.options.min_blocks} blocks of {window.config.label()}")
             return
         self.tuner.record(min(trials, key=lambda t: t.estimate.median))
+
+
+def races_here(source: Source, ranks: Ranks) -> bool:
+    """Whether the contenders may race on this loop: loaders that switch inside an epoch, one rank (the
+    ranks' blocks would have to agree turn by turn), and a shuffled order, since racing interleaves the
+    racers' batches (a sampler of the user's own keeps its order: closing rounds instead)."""
+    return source.in_epoch and ranks.world == 1 and isinstance(getattr(source.template, "sampler", None), RandomSampler)
 
 
 def local_ranks(ranks: Ranks) -> int:

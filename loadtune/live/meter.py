@@ -21,23 +21,37 @@ WARMUP_EXTRA = 2  # batches past the start-up backlog before timing starts
 
 
 def warmup_batches(config: TrialConfig) -> int:
-    """The backlog a config's workers build while it starts (``prefetch_factor`` batches each), and a
-    couple more: until they are consumed the loop runs ahead of the config's real pace."""
-    return (config.prefetch_factor or DEFAULT_PREFETCH) * config.num_workers + WARMUP_EXTRA
+    """The backlog a config's workers build while it starts (``prefetch_factor`` batches each), then one
+    more batch per worker (a couple without workers): until the backlog is consumed the loop runs ahead
+    of the config's real pace, and once it is, the workers, started together, deliver in bursts of one
+    batch each; timing starts at the end of one."""
+    workers = config.num_workers
+    return (config.prefetch_factor or DEFAULT_PREFETCH) * workers + max(WARMUP_EXTRA, workers)
 
 
-def block_batches(steps: Sequence[float], interval: float, block_s: float) -> int:
+def block_batches(steps: Sequence[float], interval: float, block_s: float, workers: int = 0) -> int:
     """Batches per timed block: enough for ``block_s`` seconds at ``interval`` (the config's time per
     batch in its warm-up), and enough that the step's own variation averages out: ``steps`` are the
     per-batch step times seen so far, and a block of n batches varies about cv / sqrt(n), so a step
-    with a coefficient of variation cv asks for (cv / BLOCK_CV)^2 batches."""
+    with a coefficient of variation cv asks for (cv / BLOCK_CV)^2 batches. With ``workers``, at least
+    two batches each and whole bursts of one per worker: workers that started together deliver their
+    batches together, and a block of a few batches held a burst or a gap (16 workers timed in blocks
+    of 9 batches read ±110%)."""
     by_time = math.ceil(block_s / interval) if interval > 0 else MIN_BLOCK_BATCHES
     by_noise = 1
     if len(steps) >= 3:
         mean = statistics.fmean(steps)
         if mean > 0:
             by_noise = math.ceil((statistics.stdev(steps) / mean / BLOCK_CV) ** 2)
-    return max(MIN_BLOCK_BATCHES, min(MAX_BLOCK_BATCHES, max(by_time, by_noise)))
+    size = max(MIN_BLOCK_BATCHES, min(MAX_BLOCK_BATCHES, max(by_time, by_noise)))
+    return whole_bursts(size, workers)
+
+
+def whole_bursts(size: int, workers: int) -> int:
+    """``size`` raised to whole bursts of one batch per worker, two at least (unchanged without workers)."""
+    if workers <= 0:
+        return size
+    return max(2, math.ceil(size / workers)) * workers
 
 
 @dataclass

@@ -68,7 +68,13 @@ class LiveReport:
     settled: bool = False
     config: TrialConfig | None = None
     stop: str | None = None
+    untried: list[TrialConfig] = field(default_factory=list)  # what the search had yet to try when tuning was cut short
     cost: Cost = field(default_factory=Cost)
+
+    @property
+    def cut_short(self) -> bool:
+        """Tuning ended before the search did (a budget or the epochs it may take)."""
+        return bool(self.untried)
 
     @property
     def trials(self) -> list[Trial]:
@@ -114,10 +120,14 @@ class LiveReport:
                 f"(median of {est.n} blocks on the live loop")
         line += f", the slowest of {self.ranks} ranks)" if self.ranks > 1 else ")"
         if rec.speedup is not None and rec.baseline is not None and rec.baseline != rec.config:
-            how = f"side by side in {rec.speedup_rounds} rounds" if rec.speedup_rounds else "from windows at different times"
+            how = (f"raced side by side over {rec.speedup_pairs} turn pairs" if rec.speedup_pairs
+                   else f"side by side in {rec.speedup_rounds} rounds" if rec.speedup_rounds else "from windows at different times")
             high = f"{rec.speedup_high:.2f}×" if rec.speedup_high is not None else "unbounded"
             line += f"; {rec.speedup:.2f}× PyTorch's defaults ({how}, 95% interval {rec.speedup_low:.2f}×–{high})"
-        return line + f".\nWhy: {rec.reason}. Tuning ended: {self.stop}."
+        line += f".\nWhy: {rec.reason}. Tuning ended: {self.stop}."
+        if self.untried:
+            line += " The search was cut short: it had yet to try " + ", ".join(c.label() for c in self.untried) + "."
+        return line
 
     def cost_line(self) -> str:
         c = self.cost

@@ -1,9 +1,11 @@
 """What to try next, when to stop, and what to settle on: the scan's own search, statistics and rule.
 
 The candidates come from the scan's adaptive search (``search/adaptive.py``: PyTorch's defaults, then
-more workers while throughput rises, then prefetch and pinning around the best, then the contenders
-side by side); the pick is ``analysis/recommend.py``'s: the cheapest config the measured noise cannot
-tell from the fastest. Only the batch size is the user's, not searched, and ``persistent_workers``,
+more workers while throughput rises, then prefetch and pinning around the best); then the contenders
+race side by side on the live loop (``live/race.py``: the scan's entrants and verdicts), or, with
+several ranks or one config per epoch, are measured again in closing rounds. The pick is
+``analysis/recommend.py``'s: the cheapest config the race (or the measured noise) cannot tell from
+the fastest. Only the batch size is the user's, not searched, and ``persistent_workers``,
 which changes nothing inside an epoch, is not measured (docs/autotune.md#persistent-workers).
 """
 
@@ -12,13 +14,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from loadtune.analysis.race import next_leg, verdict
 from loadtune.analysis.recommend import recommend
 from loadtune.engine.plan import worker_cap
 from loadtune.engine.trial.measure import Timing
+from loadtune.live.race import LIVE_RACERS, Leg
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import Recommendation, ScanResult, Trial
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
 from loadtune.search.adaptive import AdaptiveSearch
+from loadtune.search.race import entrants, race_memory_limit
 from loadtune.search.space import SearchSpace, default_workers
 from loadtune.search.strategy import Proposal
 
@@ -45,7 +50,8 @@ class LiveOptions:
     max_blocks: int = 8
     target_spread: float = 0.05  # a window ends once its median is known this well (relative), or at max_blocks
     noise_floor: float = NOISE_FLOOR
-    confirm: int = 1  # rounds in which the contenders are measured again side by side
+    confirm: int = 1  # rounds in which the contenders are measured again (without a race); 0: neither
+    race_legs: int = 3  # legs of the race of the contenders at most; 0: closing rounds instead
     seed: int = 0
 
     @classmethod
@@ -60,7 +66,7 @@ class LiveOptions:
             if value is not None and not (_number(value) and 0 < value < math.inf):
                 raise AutotuneError(f"{name} must be a positive number of seconds, got {value!r}")
         for name, low in (("tune_epochs", 1), ("block_batches", 1), ("min_blocks", 2), ("max_blocks", 2), ("confirm", 0),
-                          ("seed", None)):
+                          ("race_legs", 0), ("seed", None)):
             value = getattr(self, name)
             if value is None and name in ("tune_epochs", "block_batches"):
                 continue
@@ -106,15 +112,16 @@ def search_space(batch_size: int, fixed: dict, options: LiveOptions, cores: int)
 
 
 def make_search(space: SearchSpace, options: LiveOptions, accelerator: bool, cores: int, ranks: int,
-                memory: int) -> AdaptiveSearch:
+                memory: int, races: bool = False) -> AdaptiveSearch:
     """The scan's adaptive search over ``space``, starting from PyTorch's defaults where they are in it.
-    ``cores``: the node's usable cores, shared by its ``ranks``."""
+    ``cores``: the node's usable cores, shared by its ``ranks``. ``races``: the contenders race after
+    the search, so it has no closing rounds."""
     default = TrialConfig(space.batch_sizes[0], 0, False, None, False, "sync" if accelerator else "none")
     references = [default] if 0 in space.workers and space.pin is not True else []
     if accelerator:
         space.transfers = ["sync"]  # how the loop copies batches is the user's code, not a knob here
     return AdaptiveSearch(space, accelerator, references, options.noise_floor, worker_cap(cores, ranks), memory,
-                          confirm_rounds=options.confirm, seed=options.seed, extend=options.workers is None)
+                          confirm_rounds=0 if races else options.confirm, seed=options.seed, extend=options.workers is None)
 
 
 def wait_share(trial: Trial) -> float:
@@ -154,34 +161,64 @@ class Budget:
 
 
 class Tuner:
-    """The search's state: the windows measured so far (as a scan's trials), and why it ended."""
+    """The search's state: the windows and race legs measured so far (as a scan's trials), why it ended,
+    and what it had yet to try when it was cut short."""
 
-    def __init__(self, result: ScanResult, search: AdaptiveSearch, options: LiveOptions):
-        self.result, self.search, self.options = result, search, options
+    def __init__(self, result: ScanResult, search: AdaptiveSearch, options: LiveOptions, races: bool = False):
+        self.result, self.search, self.options, self.races = result, search, options, races
         self.stop: str | None = None
+        self.untried: list[TrialConfig] = []
 
     @property
     def trials(self) -> list[Trial]:
         return self.result.trials
 
-    def next(self) -> Proposal | None:
-        """The next config to try, or None: tuning is over (``stop`` says why)."""
-        if self.stop is None:
-            proposals = self.search.propose(self.result)
-            if proposals:
-                return proposals[0]
+    def next(self) -> Proposal | Leg | None:
+        """The next config to try, the next leg of the race, or None: tuning is over (``stop`` says why)."""
+        if self.stop is not None:
+            return None
+        raced = any(t.raced for t in self.trials)  # the race follows the search: it is not asked again
+        proposals = [] if raced else self.search.propose(self.result)
+        if proposals:
+            return proposals[0]
+        leg = self.next_leg()
+        if leg is None and self.stop is None:
             self.stop = "the search is complete"
-        return None
+        return leg
+
+    def next_leg(self) -> Leg | None:
+        """The race's next leg: the screening's entrants (``search/race.py``), then the leader and the
+        configs still undecided against it; None when it needs none (``stop`` then says how it ended)."""
+        if not self.races:
+            return None
+        raced = [t for t in self.trials if t.raced]
+        number = max((t.round for t in raced), default=0)
+        floor = self.options.noise_floor
+        if not raced:
+            limit = race_memory_limit(None, self.result.machine.memory_available_bytes)
+            configs = entrants(self.result, floor, limit).configs[:LIVE_RACERS]
+        else:
+            v = verdict(self.trials, floor)
+            configs = next_leg(v) if v is not None else []
+            if not configs:
+                self.stop = "the search is complete and the race decided"
+            elif number >= self.options.race_legs:
+                self.stop = f"the search is complete; the race's {self.options.race_legs} legs were spent"
+                return None
+        return Leg(tuple(configs), number + 1) if len(configs) >= 2 else None
 
     def record(self, trial: Trial) -> None:
         self.trials.append(trial)
-        if trial.round == 0 and self.stop is None:
+        if trial.round == 0 and not trial.raced and self.stop is None:
             self.stop = not_the_bottleneck(trial, self.options.noise_floor)
 
     def end(self, why: str) -> None:
+        """Tuning must end (a budget, the epochs): keep what the search had yet to try."""
         if self.stop is None:
             self.stop = why
+            if not any(t.raced for t in self.trials):
+                self.untried = [p.config for p in self.search.propose(self.result)]
 
     def decide(self) -> Recommendation | None:
-        """The cheapest config the noise cannot tell from the fastest; None when nothing was measured."""
+        """The cheapest config the race (or the noise) cannot tell from the fastest; None when nothing was measured."""
         return recommend(self.trials, self.options.noise_floor) if any(t.ok for t in self.trials) else None
