@@ -52,7 +52,7 @@ ARCHETYPES = {
     "cpu_bound": dict(make=CpuBoundDataset, length=9600, batch=32, step_ms=5, workers=[0, 1, 2, 4]),
     "storage_latency": dict(make=StorageLatencyDataset, length=20000, batch=32, step_ms=2, workers=[0, 2, 8, 16, 32, 64]),
 }
-MAX_EPOCHS = 8  # epochs a repeat lets autotune take (its own cap is five)
+MAX_EPOCHS = 24  # epochs a repeat lets autotune take (its own cap is twenty)
 
 
 def fixed(batch: int, workers: int) -> TrialConfig:

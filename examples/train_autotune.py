@@ -78,7 +78,7 @@ def main() -> None:
     if report.settled:
         print(f"settled on {report.config.label()} after {report.cost.seconds:.1f} s of tuning")
     else:
-        print(f"still tuning after {args.epochs} epochs (it settles within 5): {report.text()}")
+        print(f"still tuning after {args.epochs} epochs (it settles within 20): {report.text()}")
 
 
 if __name__ == "__main__":

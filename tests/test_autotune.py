@@ -117,6 +117,15 @@ def block_rates(arrivals, size, start):
     return [size / (arrivals[i + size - 1] - arrivals[i - 1]) for i in range(start, len(arrivals) - size + 1, size)]
 
 
+def test_a_windows_pace_comes_from_its_last_warm_up_burst_not_the_backlog():
+    config = TrialConfig(8, 4, prefetch_factor=2)
+    w = Window(config, 0, warmup_left=warmup_batches(config), opened=0.0)
+    for interval in [0.0001] * 8 + [0.001, 0.001, 0.001, 0.037]:  # the backlog at once, then a burst every 40 ms
+        w.add(interval, interval, 8)
+    assert w.typical_interval == pytest.approx(0.01)  # 40 ms a round of four workers: 10 ms a batch
+    assert statistics.median(w.intervals) < 0.002  # what the median of the warm-up said
+
+
 def test_blocks_hold_whole_bursts_of_the_workers():
     assert block_batches([], interval=0.001, block_s=0.001, workers=16) == 32  # two batches per worker at least
     assert block_batches([0.01] * 10, interval=0.01, block_s=0.25, workers=16) == 32  # 25 by time, in whole bursts
@@ -370,17 +379,17 @@ def test_on_a_dataset_that_waits_on_storage_autotune_goes_far_past_the_cores_and
     """Samples that wait 4 ms each and cost little CPU: workers wait, not compute, so throughput rises
     with their count far past the two cores here; the search extends the range into later epochs and
     the contenders race. Every epoch delivers every index once, across every switch and every turn."""
-    data = Indices(4000, delay=0.004)
+    data = Indices(8000, delay=0.004)
     loader = loadtune.autotune(data, batch_size=8, shuffle=True, log=False)
-    for _ in range(6):
-        assert sorted(flat(one_epoch(loader, step_s=0))) == list(range(4000))
+    for _ in range(20):  # its cap
+        assert sorted(flat(one_epoch(loader, step_s=0))) == list(range(8000))
         if loader.report().settled:
             break
     report = loader.report()
     assert report.settled and not report.cut_short, report.stop
     assert report.config.num_workers >= 8, report.text()  # four times the cores, at least
     assert any(t.raced for t in report.trials) and report.result.recommendation.speedup_pairs >= 3
-    assert sorted(flat(one_epoch(loader))) == list(range(4000))  # settled: a plain DataLoader
+    assert sorted(flat(one_epoch(loader))) == list(range(8000))  # settled: a plain DataLoader
 
 
 def rank_main(rank, store, out):

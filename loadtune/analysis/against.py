@@ -17,10 +17,12 @@ from pathlib import Path
 from loadtune.analysis.verdict import (
     MIN_FUTILITY_ROUNDS,
     Change,
+    change_reasons,
     decide,
     futility,
     settling_chance,
     tamed,
+    under_floor,
 )
 from loadtune.model.against import DuetRound
 from loadtune.model.check import INCONCLUSIVE, NOTHING, REGRESSION
@@ -64,19 +66,12 @@ def judge_against(rounds: list[DuetRound], tolerance: float,
         return NOTHING, ["no round measured both sides" if head else "no round of the head could be measured"], None
     change = duet_change(rounds)
     status = decide(change, tolerance)
-    reasons = []
-    if change is None:
-        reasons.append("too few rounds measured both sides to estimate the noise")
-    elif status == REGRESSION:
-        reasons.append(f"the head loads {-change.value:.1%} slower than the base, timed in turns (interval "
-                       f"{change.low:+.1%} to {change.high:+.1%}, wholly beyond the {tolerance:.0%} tolerance)")
-    elif status == INCONCLUSIVE:
-        reasons.append(f"the change {change.value:+.1%} (interval {change.low:+.1%} to {change.high:+.1%}) straddles the "
-                       f"{tolerance:.0%} tolerance: more rounds or a quieter machine would decide it")
-    rate_now = statistics.median(head)
-    if min_throughput is not None and rate_now < min_throughput:
+    reasons = change_reasons(change, status, tolerance, "the head loads {fell} slower than the base, timed in turns",
+                             "too few rounds measured both sides to estimate the noise")
+    floor = under_floor(head, min_throughput)
+    if floor:
         status = REGRESSION
-        reasons.append(f"{rate_now:,.0f} samples/s is under the floor of {min_throughput:,.0f}")
+        reasons.append(floor)
     return status, reasons, change
 
 

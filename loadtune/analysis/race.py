@@ -190,10 +190,11 @@ def close(standing: Standing, floor: float) -> bool:
 
 
 def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
-    """Where every raced config stands against the leader; None before any leg measured."""
+    """Where every raced config stands against the leader; None before any leg measured enough turn
+    pairs for a ratio (a leg cut short has no leader)."""
     configs = raced_configs(trials)
     leader = leader_of(trials, configs)
-    if leader is None:
+    if leader is None or all(race_ratio(trials, c, leader) is None for c in configs if c != leader):
         return None
     standings = [Standing(leader, LEADER, None)]
     for c in configs:

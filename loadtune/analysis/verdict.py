@@ -126,6 +126,32 @@ def decide(change: Change | None, tolerance: float) -> str:
     return INCONCLUSIVE
 
 
+MORE_ROUNDS = "more rounds or a quieter machine would decide it"
+
+
+def change_reasons(change: Change | None, status: str, tolerance: float, regressed: str, too_few: str,
+                   remedy: str = MORE_ROUNDS) -> list[str]:
+    """What a verdict on ``change`` rests on, in words: ``too_few`` without a change; for a regression,
+    ``regressed`` (its ``{fell}`` the drop) with the interval; for an undecided one, the interval against
+    the tolerance and ``remedy``."""
+    if change is None:
+        return [too_few]
+    span = f"interval {change.low:+.1%} to {change.high:+.1%}"
+    if status == REGRESSION:
+        return [f"{regressed.format(fell=f'{-change.value:.1%}')} ({span}, wholly beyond the {tolerance:.0%} tolerance)"]
+    if status == INCONCLUSIVE:
+        return [f"the change {change.value:+.1%} ({span}) straddles the {tolerance:.0%} tolerance: {remedy}"]
+    return []
+
+
+def under_floor(rates: list[float], min_throughput: float | None) -> str | None:
+    """Why the median of ``rates`` fails ``--min-throughput``, whatever the ratio says; None when it does not."""
+    rate_now = statistics.median(rates)
+    if min_throughput is not None and rate_now < min_throughput:
+        return f"{rate_now:,.0f} samples/s is under the floor of {min_throughput:,.0f}"
+    return None
+
+
 def chance_to_decide(baseline: list[float], now: list[float], tolerance: float, rounds_at_end: int) -> float | None:
     """The chance that ``rounds_at_end`` rounds in all (the budget's) would end with an interval wholly on
     one side of ``-tolerance``, predicted from today's rounds so far (log ratios): the final mean is
@@ -233,20 +259,12 @@ def judge(
         return NOTHING, ["no round of the checked config could be measured"], None
     change = paired_change(log_ratios(baseline), log_ratios(rounds))
     status = decide(change, tolerance)
-    reasons = []
-    if change is None:
-        reasons.append("too few paired rounds to estimate the noise")
-    elif status == REGRESSION:
-        reasons.append(f"throughput fell {-change.value:.1%} against the shaped calibration (interval "
-                       f"{change.low:+.1%} to {change.high:+.1%}, wholly beyond the {tolerance:.0%} tolerance)")
-    elif status == INCONCLUSIVE:
-        reasons.append(f"the change {change.value:+.1%} (interval {change.low:+.1%} to {change.high:+.1%}) straddles "
-                       f"the {tolerance:.0%} tolerance: "
-                       + (other_cpu_text(cpu_change) if moved else "more rounds or a quieter machine would decide it"))
+    reasons = change_reasons(change, status, tolerance, "throughput fell {fell} against the shaped calibration",
+                             "too few paired rounds to estimate the noise", other_cpu_text(cpu_change) if moved else MORE_ROUNDS)
     if moved and status != INCONCLUSIVE:  # a warning, not a verdict: on one VM the reading itself strayed 20-40%
         reasons.append(f"read with care: {other_cpu_text(cpu_change)}")
-    rate_now = statistics.median(rates)
-    if min_throughput is not None and rate_now < min_throughput:
+    floor = under_floor(rates, min_throughput)
+    if floor:
         status = REGRESSION
-        reasons.append(f"{rate_now:,.0f} samples/s is under the floor of {min_throughput:,.0f}")
+        reasons.append(floor)
     return status, reasons, change

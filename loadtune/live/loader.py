@@ -43,7 +43,9 @@ from loadtune.search.strategy import Proposal
 CLOCK = time.perf_counter
 STEP_MEMORY = 256  # per-batch step times kept for sizing blocks
 PLANNED_WINDOWS = 8  # windows a budget is sized for: the worker sweep, a refinement or two, the side-by-side round
-TUNE_EPOCHS = 5  # epochs tuning may take at most (configs switching inside an epoch), unless tune_epochs says otherwise
+# epochs tuning may take at most (configs switching inside an epoch), unless tune_epochs says otherwise: an
+# epoch of a long run ends tuning early anyway, and a short one (seconds) costs little each
+TUNE_EPOCHS = 20
 log_ = logging.getLogger("loadtune.autotune")
 
 

@@ -33,16 +33,17 @@ def block_batches(steps: Sequence[float], interval: float, block_s: float, worke
     """Batches per timed block: enough for ``block_s`` seconds at ``interval`` (the config's time per
     batch in its warm-up), and enough that the step's own variation averages out: ``steps`` are the
     per-batch step times seen so far, and a block of n batches varies about cv / sqrt(n), so a step
-    with a coefficient of variation cv asks for (cv / BLOCK_CV)^2 batches. With ``workers``, at least
+    with a coefficient of variation cv (its spread against its mean, or the batch's whole interval
+    when that is longer) asks for (cv / BLOCK_CV)^2 batches. With ``workers``, at least
     two batches each and whole bursts of one per worker: workers that started together deliver their
     batches together, and a block of a few batches held a burst or a gap (16 workers timed in blocks
     of 9 batches read ±110%)."""
     by_time = math.ceil(block_s / interval) if interval > 0 else MIN_BLOCK_BATCHES
     by_noise = 1
     if len(steps) >= 3:
-        mean = statistics.fmean(steps)
-        if mean > 0:
-            by_noise = math.ceil((statistics.stdev(steps) / mean / BLOCK_CV) ** 2)
+        scale = max(statistics.fmean(steps), interval)  # a step of next to nothing varies much, and moves no block
+        if scale > 0:
+            by_noise = math.ceil((statistics.stdev(steps) / scale / BLOCK_CV) ** 2)
     size = max(MIN_BLOCK_BATCHES, min(MAX_BLOCK_BATCHES, max(by_time, by_noise)))
     return whole_bursts(size, workers)
 
@@ -108,6 +109,12 @@ class Window:
 
     @property
     def typical_interval(self) -> float:
+        """Seconds a batch at the config's pace, from the warm-up: with workers, the mean over its last
+        burst (one batch per worker, after the backlog, which arrives faster than they make it); without,
+        the median batch."""
+        workers = self.config.num_workers
+        if workers and len(self.intervals) >= workers:
+            return statistics.fmean(self.intervals[-workers:])
         return statistics.median(self.intervals) if self.intervals else 0.0
 
     def trial(self, closed: float) -> Trial:

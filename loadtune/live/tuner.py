@@ -90,7 +90,7 @@ class LiveOptions:
                            persistent=space.persistent, device=device, shuffle=shuffle, drop_last=drop_last,
                            block_time=self.block_s, blocks=self.max_blocks,
                            min_blocks=self.min_blocks, target_spread=self.target_spread, noise_floor=self.noise_floor,
-                           confirm=self.confirm, seed=self.seed, diagnose=False, reference_rounds=0)
+                           confirm=self.confirm, race_legs=self.race_legs, seed=self.seed, diagnose=False, reference_rounds=0)
 
 
 def _number(value: object) -> bool:
@@ -198,8 +198,8 @@ class Tuner:
             limit = race_memory_limit(None, self.result.machine.memory_available_bytes)
             configs = entrants(self.result, floor, limit).configs[:LIVE_RACERS]
         else:
-            v = verdict(self.trials, floor)
-            configs = next_leg(v) if v is not None else []
+            v = verdict(self.trials, floor)  # None: the legs so far were cut too short to rank anyone: race them again
+            configs = next_leg(v) if v is not None else [t.config for t in raced if t.round == number]
             if not configs:
                 self.stop = "the search is complete and the race decided"
             elif number >= self.options.race_legs:
