@@ -48,6 +48,7 @@ def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[T
     failed = next((t.error for t in trials if t.error is not None), None)
     for t in trials:
         t.raced, t.round = True, number
+        t.startup_s = None  # its workers started beside the other racers': the screening's start-up is its own
         if t.ok and failed is not None:  # a leg cut short by a neighbour's failure is no leg
             t.status, t.error = "failed", failed
     return trials
