@@ -1,7 +1,7 @@
 """autotune on the live loop against the best fixed config, found by long interleaved runs.
 
-For each archetype (benchmarks/archetypes/: cpu_bound, and storage_latency, whose best lies at 32 or
-more workers), with a calibrated synthetic CPU training step (``--step-ms``):
+For each archetype (benchmarks/archetypes/: cpu_bound; storage_latency, whose best lies at 32 or more
+workers; heavy_tail; large_tensors), with a calibrated synthetic CPU training step (``--step-ms``):
 
 a. the reference: every candidate config (worker counts up to 64, prefetch 2, persistent), each a
    plain DataLoader in the training loop, timed over ``--long-s`` seconds after its start-up backlog,
@@ -45,12 +45,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "archetypes"))
 
 from cpu_bound import CpuBoundDataset  # noqa: E402
+from heavy_tail import HeavyTailDataset  # noqa: E402
+from large_tensors import LargeTensorDataset  # noqa: E402
 from storage_latency import StorageLatencyDataset  # noqa: E402
 
 ARCHETYPES = {
     # the dataset of the training loop's epoch, batch size, the step's ms per batch, the worker counts of the reference
     "cpu_bound": dict(make=CpuBoundDataset, length=9600, batch=32, step_ms=5, workers=[0, 1, 2, 4]),
     "storage_latency": dict(make=StorageLatencyDataset, length=20000, batch=32, step_ms=2, workers=[0, 2, 8, 16, 32, 64]),
+    "heavy_tail": dict(make=HeavyTailDataset, length=12000, batch=32, step_ms=5, workers=[0, 1, 2, 4]),
+    "large_tensors": dict(make=LargeTensorDataset, length=6400, batch=32, step_ms=2, workers=[0, 1, 2, 4]),
 }
 MAX_EPOCHS = 24  # epochs a repeat lets autotune take (its own cap is twenty)
 
