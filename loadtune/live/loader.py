@@ -212,28 +212,27 @@ class AutoLoader:
                 continue
             return batch, (old, t_req, CLOCK(), self.samples_of(old, batch))
         run = self.active
-        if run is not None and run.iterator is not None:
-            t_req = CLOCK()
-            try:
-                batch = next(run.iterator)
-            except StopIteration:
-                run.iterator = None
-            else:
-                return batch, (run, t_req, CLOCK(), self.samples_of(run, batch))
-        return self.leftover()
+        got = self.take(run) if run is not None and run.iterator is not None else None
+        return got or self.leftover()
 
     def leftover(self) -> tuple[Any, tuple] | None:
         """At the epoch's end of a race, what the resting racers still hold (their order is exhausted)."""
         for run in self.live.values():
             while run.iterator is not None:
-                t_req = CLOCK()
-                try:
-                    batch = next(run.iterator)
-                except StopIteration:
-                    run.iterator = None
-                else:
-                    return batch, (run, t_req, CLOCK(), self.samples_of(run, batch))
+                got = self.take(run)
+                if got is not None:
+                    return got
         return None
+
+    def take(self, run: Run) -> tuple[Any, tuple] | None:
+        """``run``'s next batch with its timing; None once its epoch has ended (its iterator is dropped)."""
+        t_req = CLOCK()
+        try:
+            batch = next(run.iterator)
+        except StopIteration:
+            run.iterator = None
+            return None
+        return batch, (run, t_req, CLOCK(), self.samples_of(run, batch))
 
     def samples_of(self, run: Run, batch: Any) -> int:
         if run.handout is not None:
