@@ -49,6 +49,7 @@ def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[T
     for t in trials:
         t.raced, t.round = True, number
         t.startup_s = None  # its workers started beside the other racers': the screening's start-up is its own
+        t.wall_s /= len(configs)  # its share of the leg, which its process lived through whole
         if t.ok and failed is not None:  # a leg cut short by a neighbour's failure is no leg
             t.status, t.error = "failed", failed
     return trials
