@@ -266,7 +266,7 @@ class Trial:
     calibration_blocks: list[Block] = field(default_factory=list)
     default_blocks: list[Block] = field(default_factory=list)
     # a leg of the scan's race (``round`` its number): this config's blocks, block i timed in turn i beside
-    # the other raced configs' block i, in the same process (analysis/race.py)
+    # the other raced configs' block i, each config in a live process of its own (engine/race.py)
     raced: bool = False
 
     @property
