@@ -7,10 +7,12 @@ each give a ratio a / b with its 95% interval. The reference is what a user's ow
 of a plain ``DataLoader`` loop (``for batch in loader``, the spec's ``step`` on each batch where it has
 one, a warm-up, then ``--long-s`` seconds timed), one
 process per run, the two configs interleaved (a b, b a, ...) over ``--long-rounds`` rounds; its ratio is
-the geometric mean of the rounds' ratios. Races and long runs alternate per archetype. Reported: how
-many race intervals hold the long-run ratio, and their half-widths.
+the geometric mean of the rounds' ratios, with its own 95% interval over the rounds (the reference is
+measured too: where its interval is as wide as a race's, a miss says as much about the reference).
+Races and long runs alternate per archetype. Reported: how many race intervals hold the long-run
+ratio, their half-widths, and the reference's.
 
-    python benchmarks/race_coverage.py --races 3 --long-rounds 4 --out benchmarks/race_coverage.json
+    python benchmarks/race_coverage.py --races 3 --long-rounds 6 --out benchmarks/race_coverage.json
 
 Run alone on the machine.
 """
@@ -32,6 +34,7 @@ from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.measure import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
+from loadtune.model.estimate import t975
 from loadtune.model.results import write_atomic
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
 
@@ -39,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta import run_meta  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-LEGS = 3  # the race's legs at most (--race-legs 3, as the scan's default was when measured)
+LEGS = 3  # the race's legs at most (--race-legs 3, the scan's default)
 
 
 def worker_config(batch: int, workers: int, persistent: bool = True) -> TrialConfig:
@@ -127,17 +130,23 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
                 races.append(one_race(spec, a, b, i))
             print(f"{name} {i + 1}: long {rounds[-1] if i < args.long_rounds else '-'} race "
                   f"{races[-1] if i < args.races else '-'}", flush=True)
-        truth = math.exp(statistics.fmean(math.log(r["a"] / r["b"]) for r in rounds))
+        logs = [math.log(r["a"] / r["b"]) for r in rounds]
+        truth = math.exp(statistics.fmean(logs))
+        half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
         held = sum(1 for r in races if r["low"] <= truth <= r["high"])
-        out["archetypes"][name] = {"a": a.label(), "b": b.label(), "long_ratio": truth, "long_rounds": rounds,
+        out["archetypes"][name] = {"a": a.label(), "b": b.label(), "long_ratio": truth,
+                                   "long_low": truth * math.exp(-half), "long_high": truth * math.exp(half), "long_rounds": rounds,
                                    "races": races, "held": held,
                                    "halfwidths": [max(r["high"] / r["ratio"] - 1, 1 - r["low"] / r["ratio"]) for r in races]}
         all_races = [r for v in out["archetypes"].values() for r in v["races"]]
         out["summary"] = {"held": sum(v["held"] for v in out["archetypes"].values()), "races": len(all_races),
                           "median_halfwidth": statistics.median(h for v in out["archetypes"].values() for h in v["halfwidths"]),
-                          "median_race_seconds": statistics.median(r["seconds"] for r in all_races)}
+                          "median_race_seconds": statistics.median(r["seconds"] for r in all_races),
+                          "median_reference_halfwidth": statistics.median(v["long_high"] / v["long_ratio"] - 1
+                                                                          for v in out["archetypes"].values())}
         write_atomic(Path(args.out), json.dumps(out, indent=1) + "\n")
-        print(f"{name}: long-run ratio {truth:.3f}; race intervals holding it: {held}/{len(races)}", flush=True)
+        print(f"{name}: long-run ratio {truth:.3f} ({truth * math.exp(-half):.3f}–{truth * math.exp(half):.3f}); "
+              f"race intervals holding it: {held}/{len(races)}", flush=True)
     print(json.dumps(out["summary"], indent=1))
 
 

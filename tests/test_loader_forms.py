@@ -123,12 +123,12 @@ def test_scan_with_the_specs_batch_sampler_worker_init_fn_and_current(tmp_path):
     assert saved["settings"]["current"] == mine.key
     trials = [t for t in saved["trials"] if t["status"] == "ok"]
     assert {t["config"]["num_workers"] for t in trials} == {0, 1, 2}  # theirs measured beside the search's
-    for t in trials:  # the screening times whole epochs of 50 samples in 20 batches; the race's blocks cut epochs anywhere
+    for t in trials:  # the screening times whole epochs of 50 samples in 20 batches (3s, then 2s); the race's blocks cut them anywhere
         per_batch = sum(b["samples"] for b in t["blocks"]) / sum(b["batches"] for b in t["blocks"])
-        assert per_batch == (pytest.approx(2.5, abs=0.05) if t.get("raced") else pytest.approx(2.5))
+        assert 2 <= per_batch <= 3 if t.get("raced") else per_batch == pytest.approx(2.5)
     text = flat(proc.stdout)
     assert f"{mine.label('~2.5')} current" in text and "batch_size skipped: set by the spec's batch_sampler" in text
-    assert saved["batch_sizes"] == {"mean": pytest.approx(2.5, abs=0.05), "smallest": 2, "largest": 3, "varying": True}
+    assert saved["batch_sizes"] == {"mean": 2.5, "smallest": 2, "largest": 3, "varying": True}  # the screening's
     assert "bs~2.5: the loader's own batches, of varying size: 2.5 samples on average over the batches timed (2–3)" in text
     assert "set batch_size" not in text  # batches that vary by design are no mismatch
     assert "your current settings" in text and "**loader_kwargs(), # your batch_sampler, worker_init_fn" in text

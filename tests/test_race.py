@@ -1,4 +1,4 @@
-"""The race: contenders' loaders alive together in one process, their short blocks taking turns. Its
+"""The race: contenders' loaders alive together, a process each, their short blocks taking turns. Its
 decisions as pure functions over seeded simulations (drift the loaders share, block noise, a 10%
 difference, identical configs), the legs' orchestration with simulated legs, then a real race."""
 
@@ -154,10 +154,15 @@ def simulated_run(rates: dict, seed: int, walls: list[float] | None = None) -> t
     return RaceRun(run_leg, lambda seconds: walls is None or sum(walls) + seconds <= 10, trials.extend), trials, legs
 
 
-def test_the_race_stops_once_decided():
+def test_the_race_stops_once_decided_but_not_before_every_config_ran_two_legs():
+    """Decided by its first leg already, the race still runs every config a second leg (fresh processes:
+    what differs between processes enters the intervals), then stops; with one leg allowed, one leg."""
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0, W1: 500.0}, seed=0)
+    assert verdict(simulated_leg({W4: 2000.0, W2: 1000.0, W1: 500.0}, 1, random.Random(0)), FLOOR).decided
     assert race(trials, [W4, W2, W1], FLOOR, run, 5) == "decided"
-    assert len(legs) == 1 and verdict(trials, FLOOR).decided
+    assert legs == [[W4, W2, W1]] * race_mod.MIN_LEGS and verdict(trials, FLOOR).decided
+    run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0}, seed=0)
+    assert race(trials, [W4, W2], FLOOR, run, 1) == "decided" and len(legs) == 1
 
 
 def test_the_race_ends_at_its_legs_and_says_who_was_undecided():
@@ -170,8 +175,9 @@ def test_the_race_ends_at_its_legs_and_says_who_was_undecided():
 
 def test_a_resumed_race_goes_on_from_its_legs():
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0}, seed=0)
-    race(trials, [W4, W2], FLOOR, run, 5)
-    assert race(trials, [W4, W2], FLOOR, run, 5) == "decided" and len(legs) == 1  # nothing left to race
+    race(trials, [W4, W2], FLOOR, run, 1)  # interrupted after one leg
+    assert race(trials, [W4, W2], FLOOR, run, 5) == "decided" and len(legs) == race_mod.MIN_LEGS  # its second leg
+    assert race(trials, [W4, W2], FLOOR, run, 5) == "decided" and len(legs) == race_mod.MIN_LEGS  # nothing left to race
 
 
 @pytest.mark.slow

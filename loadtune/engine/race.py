@@ -4,10 +4,10 @@ In a leg every raced config's loader is alive at once, each in a trial process o
 parent tells them in turn to time one short block (``engine.trial.duet``): a shuffled order, then its
 reverse (``paired.race_orders``). Each config's blocks of a leg come back as a trial of its own
 (``Trial.raced``, ``round`` the leg's number), so the pooled figures, the table and the JSON treat a
-leg as one more run of each config. After each leg the verdict (``analysis.race``) sends the leader
-and the configs still undecided against it into the next leg, in fresh processes (what differs
-between processes enters the intervals), until none is undecided, the race's legs are spent, or the
-scan's budget is.
+leg as one more run of each config. Every raced config runs at least two legs, in fresh processes
+each, so what differs between processes enters the intervals; after that the verdict
+(``analysis.race``) sends the leader and the configs still undecided against it into the next leg,
+until none is undecided, the race's legs are spent, or the scan's budget is.
 
 Why a process per config rather than every loader in one: a loader in a shared process paid for its
 neighbours' workers. Each fork of a neighbour's workers makes the shared process's pages
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loadtune.analysis.race import RaceVerdict, next_leg, verdict
+from loadtune.analysis.race import RaceVerdict, next_leg, raced_configs, verdict
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.duet import SideEntry, run_in_turns
 from loadtune.engine.trial.paired import race_orders
@@ -31,7 +31,11 @@ from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import Trial
 
-PAIRS_PER_LEG = 5  # turn pairs a leg times: a fresh process every few pairs
+PAIRS_PER_LEG = 3  # turn pairs a leg times: a fresh process every few pairs
+# legs every raced config runs before the race may decide: a leg's pairs share their processes (where
+# each landed on the cores, its memory), and what differs between processes enters a ratio's interval
+# only from its second leg on; decided in one leg, intervals held long runs' ratio in 16 of 21 races
+MIN_LEGS = 2
 WARMUP_SHARE = 0.5  # of the scan's warm-up, per raced loader: its start-up backlog is drained whatever this is
 
 
@@ -71,7 +75,7 @@ def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, r
     done = [t for t in trials if t.raced]
     number = max((t.round for t in done), default=0)
     current = verdict(trials, noise_floor)
-    configs = entrants if current is None else next_leg(current)
+    configs = racing(trials, entrants, current, number, max_legs)
     last_wall = 0.0
     while len(configs) >= 2:
         if number >= max_legs:
@@ -85,8 +89,19 @@ def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, r
             return "failed"
         last_wall = sum(t.wall_s for t in leg) / len(leg)
         current = verdict(trials, noise_floor)
-        configs = next_leg(current) if current is not None else []
+        configs = racing(trials, entrants, current, number, max_legs) if current is not None else []
     return "decided"
+
+
+def racing(trials: list[Trial], entrants: list[TrialConfig], current: RaceVerdict | None, legs_run: int,
+           max_legs: int) -> list[TrialConfig]:
+    """Who runs the next leg: every entrant until the race has a verdict, every config raced so far
+    until ``MIN_LEGS`` legs are run (``max_legs`` permitting), then the leader and the undecided."""
+    if current is None:
+        return entrants
+    if legs_run < min(MIN_LEGS, max_legs):
+        return raced_configs(trials)
+    return next_leg(current)
 
 
 def ending_note(how: str, v: RaceVerdict | None, max_legs: int) -> str | None:

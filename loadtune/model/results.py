@@ -651,8 +651,11 @@ class ScanResult:
     @property
     def varying_batches(self) -> BatchSizes | None:
         """The loader's own batches, when they vary in size: pooled over every batch its trials timed
-        (every config runs the same loader, so one mean labels them all); None when they do not vary."""
+        (every config runs the same loader, so one mean labels them all), the race's aside where the
+        screening timed some (a race's short blocks cut epochs anywhere, so they may hold more of one
+        size; a trial times whole epochs where they are short); None when they do not vary."""
         runs = [t for t in self.trials if t.ok and t.batch_sizes is not None]
+        runs = [t for t in runs if not t.raced] or runs
         pooled = BatchSizes.pooled([t.batch_sizes for t in runs], [sum(b.batches for b in t.blocks) for t in runs])
         return pooled if pooled is not None and pooled.varying else None
 
