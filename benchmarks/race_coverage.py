@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from loadtune.analysis.race import race_ratio, verdict
+from loadtune.analysis.race import legs, pair_logs, race_ratio, verdict
 from loadtune.engine.race import RaceRun, race, run_leg
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.measure import LoaderOptions, Timing
@@ -102,8 +102,11 @@ def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int) -> dict:
     how = race(trials, [a, b], NOISE_FLOOR, run, LEGS)
     r = race_ratio(trials, a, b)
     v = verdict(trials, NOISE_FLOOR)
+    by_leg = legs(trials)
     return {"ratio": r.value, "low": r.low, "high": r.high, "pairs": r.pairs, "legs": r.legs, "ended": how,
-            "leader": v.leader.label(), "seconds": time.monotonic() - started}
+            "leader": v.leader.label(), "seconds": time.monotonic() - started,
+            # each leg's turn pairs' log(a / b), to score another interval rule on the same races
+            "leg_logs": [pair_logs(leg[a], leg[b]) for leg in by_leg.values() if a in leg and b in leg]}
 
 
 def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as one procedure

@@ -116,6 +116,16 @@ def test_the_leader_and_the_undecided_race_on():
     assert set(relative_to(trials, W2)) == {W4, W1}
 
 
+def test_a_decided_config_whose_interval_decides_nothing_races_on():
+    """Two legs that disagree give a t(1) interval: slower, but 0.56x (0.35-0.87); it races another leg
+    when the race asks for intervals within +-10%, and not when its interval is that tight."""
+    from loadtune.analysis.race import LEADER, RaceRatio, RaceVerdict, Standing
+    loose = RaceVerdict(W2, [Standing(W2, LEADER, None), Standing(W1, SLOWER, RaceRatio(0.56, 0.35, 0.87, 6, 2))])
+    assert next_leg(loose) == [] and next_leg(loose, 0.10) == [W2, W1]
+    tight = RaceVerdict(W2, [Standing(W2, LEADER, None), Standing(W1, SLOWER, RaceRatio(0.56, 0.54, 0.58, 6, 2))])
+    assert next_leg(tight, 0.10) == []
+
+
 def test_the_pick_is_the_cheapest_tied_with_the_leader_and_never_an_undecided_one():
     screening = [fake_trial(c, r) for c, r in ((W0, 500.0), (W2, 1000.0), (W4, 1000.0))]
     tied = screening + race_trials({W4: 1000.0, W2: 1000.0, W0: 500.0}, legs=5, seed=1, drift=0.03, block_noise=0.02)
@@ -156,13 +166,18 @@ def simulated_run(rates: dict, seed: int, walls: list[float] | None = None) -> t
 
 def test_the_race_stops_once_decided_but_not_before_every_config_ran_two_legs():
     """Decided by its first leg already, the race still runs every config a second leg (fresh processes:
-    what differs between processes enters the intervals), then stops; with one leg allowed, one leg."""
+    what differs between processes enters the intervals), then races on only those known too loosely,
+    and stops; with one leg allowed, one leg."""
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0, W1: 500.0}, seed=0)
     assert verdict(simulated_leg({W4: 2000.0, W2: 1000.0, W1: 500.0}, 1, random.Random(0)), FLOOR).decided
     assert race(trials, [W4, W2, W1], FLOOR, run, 5) == "decided"
-    assert legs == [[W4, W2, W1]] * race_mod.MIN_LEGS and verdict(trials, FLOOR).decided
+    assert legs[:race_mod.MIN_LEGS] == [[W4, W2, W1]] * race_mod.MIN_LEGS and verdict(trials, FLOOR).decided
+    # then only those whose interval is still wider than WIDE race on, until none is
+    assert all(leg[0] == W4 for leg in legs[race_mod.MIN_LEGS:]) and len(legs[-1]) < 3
+    assert all(s.ratio.halfwidth <= race_mod.WIDE for s in verdict(trials, FLOOR).standings if s.ratio is not None)
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0}, seed=0)
-    assert race(trials, [W4, W2], FLOOR, run, 1) == "decided" and len(legs) == 1
+    race(trials, [W4, W2], FLOOR, run, 1)
+    assert len(legs) == 1
 
 
 def test_the_race_ends_at_its_legs_and_says_who_was_undecided():

@@ -204,9 +204,13 @@ def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
     return RaceVerdict(leader, standings)
 
 
-def next_leg(v: RaceVerdict) -> list[TrialConfig]:
-    """Who races on: the leader and the undecided (nobody when all are decided)."""
-    return [v.leader, *v.undecided] if v.undecided else []
+def next_leg(v: RaceVerdict, wide: float = math.inf) -> list[TrialConfig]:
+    """Who races on: the leader, the undecided, and the decided whose ratio to it is known no better
+    than ± ``wide`` (a verdict stands, but an interval that wide tells a reader nothing); nobody when
+    none of them is left."""
+    rest = [s.config for s in v.standings
+            if s.status == UNDECIDED or (s.status != LEADER and s.ratio is not None and s.ratio.halfwidth > wide)]
+    return [v.leader, *rest] if rest else []
 
 
 def race_order(trials: list[Trial], floor: float) -> list[TrialConfig]:

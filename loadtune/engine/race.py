@@ -6,8 +6,8 @@ reverse (``paired.race_orders``). Each config's blocks of a leg come back as a t
 (``Trial.raced``, ``round`` the leg's number), so the pooled figures, the table and the JSON treat a
 leg as one more run of each config. Every raced config runs at least two legs, in fresh processes
 each, so what differs between processes enters the intervals; after that the verdict
-(``analysis.race``) sends the leader and the configs still undecided against it into the next leg,
-until none is undecided, the race's legs are spent, or the scan's budget is.
+(``analysis.race``) sends the leader and the configs still undecided against it, or known too loosely
+(``WIDE``), into the next leg, until none is left, the race's legs are spent, or the scan's budget is.
 
 Why a process per config rather than every loader in one: a loader in a shared process paid for its
 neighbours' workers. Each fork of a neighbour's workers makes the shared process's pages
@@ -36,6 +36,9 @@ PAIRS_PER_LEG = 3  # turn pairs a leg times: a fresh process every few pairs
 # each landed on the cores, its memory), and what differs between processes enters a ratio's interval
 # only from its second leg on; decided in one leg, intervals held long runs' ratio in 16 of 21 races
 MIN_LEGS = 2
+# from its second leg on, a config whose ratio to the leader is known no better than this races on (two
+# legs that disagree give a t(1) interval: 0.56x (0.35-0.87) decides nothing a reader can use)
+WIDE = 0.10
 WARMUP_SHARE = 0.5  # of the scan's warm-up, per raced loader: its start-up backlog is drained whatever this is
 
 
@@ -96,12 +99,13 @@ def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, r
 def racing(trials: list[Trial], entrants: list[TrialConfig], current: RaceVerdict | None, legs_run: int,
            max_legs: int) -> list[TrialConfig]:
     """Who runs the next leg: every entrant until the race has a verdict, every config raced so far
-    until ``MIN_LEGS`` legs are run (``max_legs`` permitting), then the leader and the undecided."""
+    until ``MIN_LEGS`` legs are run (``max_legs`` permitting), then the leader, the undecided and those
+    whose interval is wider than ``WIDE``."""
     if current is None:
         return entrants
     if legs_run < min(MIN_LEGS, max_legs):
         return raced_configs(trials)
-    return next_leg(current)
+    return next_leg(current, WIDE)
 
 
 def ending_note(how: str, v: RaceVerdict | None, max_legs: int) -> str | None:
