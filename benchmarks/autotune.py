@@ -48,6 +48,7 @@ from cpu_bound import CpuBoundDataset  # noqa: E402
 from heavy_tail import HeavyTailDataset  # noqa: E402
 from large_tensors import LargeTensorDataset  # noqa: E402
 from storage_latency import StorageLatencyDataset  # noqa: E402
+from tiny_dataset import LENGTH as TINY_LENGTH, TinyDataset  # noqa: E402
 
 ARCHETYPES = {
     # the dataset of the training loop's epoch, batch size, the step's ms per batch, the worker counts of the reference
@@ -55,6 +56,8 @@ ARCHETYPES = {
     "storage_latency": dict(make=StorageLatencyDataset, length=20000, batch=32, step_ms=2, workers=[0, 2, 8, 16, 32, 64]),
     "heavy_tail": dict(make=HeavyTailDataset, length=12000, batch=32, step_ms=5, workers=[0, 1, 2, 4]),
     "large_tensors": dict(make=LargeTensorDataset, length=6400, batch=32, step_ms=2, workers=[0, 1, 2, 4]),
+    # epochs of a few batches: autotune switches across epoch ends
+    "tiny_dataset": dict(make=TinyDataset, length=TINY_LENGTH, batch=16, step_ms=2, workers=[0, 1, 2, 4]),
 }
 MAX_EPOCHS = 24  # epochs a repeat lets autotune take (its own cap is twenty)
 

@@ -194,13 +194,13 @@ def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
     pairs for a ratio (a leg cut short has no leader)."""
     configs = raced_configs(trials)
     leader = leader_of(trials, configs)
-    if leader is None or all(race_ratio(trials, c, leader) is None for c in configs if c != leader):
+    if leader is None:
+        return None
+    ratios = {c: race_ratio(trials, c, leader) for c in configs if c != leader}
+    if all(r is None for r in ratios.values()):
         return None
     standings = [Standing(leader, LEADER, None)]
-    for c in configs:
-        if c != leader:
-            ratio = race_ratio(trials, c, leader)
-            standings.append(Standing(c, standing_of(ratio, floor), ratio))
+    standings += [Standing(c, standing_of(r, floor), r) for c, r in ratios.items()]
     return RaceVerdict(leader, standings)
 
 
