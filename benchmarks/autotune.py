@@ -1,7 +1,8 @@
 """autotune on the live loop against the best fixed config, found by long interleaved runs.
 
 For each archetype (benchmarks/archetypes/: cpu_bound; storage_latency, whose best lies at 32 or more
-workers; heavy_tail; large_tensors), with a calibrated synthetic CPU training step (``--step-ms``):
+workers; heavy_tail; large_tensors; tiny_dataset; iterable, which autotune switches at epoch ends
+only), with a calibrated synthetic CPU training step (``--step-ms``):
 
 a. the reference: every candidate config (worker counts up to 64, prefetch 2, persistent), each a
    plain DataLoader in the training loop, timed over ``--long-s`` seconds after its start-up backlog,
@@ -32,7 +33,7 @@ import warnings
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 import loadtune
 from loadtune.engine.trial.workload import calibrate
@@ -46,6 +47,7 @@ sys.path.insert(0, str(HERE / "archetypes"))
 
 from cpu_bound import CpuBoundDataset  # noqa: E402
 from heavy_tail import HeavyTailDataset  # noqa: E402
+from iterable import ShardedStream  # noqa: E402
 from large_tensors import LargeTensorDataset  # noqa: E402
 from storage_latency import StorageLatencyDataset  # noqa: E402
 from tiny_dataset import LENGTH as TINY_LENGTH, TinyDataset  # noqa: E402
@@ -58,6 +60,8 @@ ARCHETYPES = {
     "large_tensors": dict(make=LargeTensorDataset, length=6400, batch=32, step_ms=2, workers=[0, 1, 2, 4]),
     # epochs of a few batches: autotune switches across epoch ends
     "tiny_dataset": dict(make=TinyDataset, length=TINY_LENGTH, batch=16, step_ms=2, workers=[0, 1, 2, 4]),
+    # an IterableDataset orders its own stream (no shuffle) and autotune switches at its epoch ends only
+    "iterable": dict(make=ShardedStream, length=3200, batch=32, step_ms=5, workers=[0, 1, 2, 4]),
 }
 MAX_EPOCHS = 24  # epochs a repeat lets autotune take (its own cap is twenty)
 
@@ -66,9 +70,14 @@ def fixed(batch: int, workers: int) -> TrialConfig:
     return TrialConfig(batch, workers, False, 2 if workers else None, bool(workers))
 
 
+def shuffles(dataset) -> bool:
+    """A training loop shuffles map-style data; an IterableDataset orders its own stream."""
+    return not isinstance(dataset, IterableDataset)
+
+
 def loader_of(dataset, config: TrialConfig) -> DataLoader:
     """A plain DataLoader with ``config``, as a user would write it."""
-    return DataLoader(dataset, shuffle=True, **config.loader_kwargs())
+    return DataLoader(dataset, shuffle=shuffles(dataset), **config.loader_kwargs())
 
 
 def steady_rate(dataset, config: TrialConfig, step, seconds: float) -> float:
@@ -112,7 +121,7 @@ def reference(dataset, spec: dict, step, args, rng: random.Random) -> dict:
 
 def autotune_run(dataset, spec: dict, step) -> dict:
     """Epochs of the training loop with autotune until it settles: the tuning's cost and its pick."""
-    loader = loadtune.autotune(dataset, batch_size=spec["batch"], shuffle=True, log=False)
+    loader = loadtune.autotune(dataset, batch_size=spec["batch"], shuffle=shuffles(dataset), log=False)
     seconds, samples, epochs = 0.0, 0, 0
     while epochs < MAX_EPOCHS and not loader.report().settled:
         start = time.perf_counter()
