@@ -12,7 +12,16 @@ measured too: where its interval is as wide as a race's, a miss says as much abo
 Races and long runs alternate per archetype. Reported: how many race intervals hold the long-run
 ratio, their half-widths, and the reference's.
 
+With ``--scans N``, N scans of the pair (``loadtune.scan`` with the two worker counts, the scan's
+defaults otherwise: a screening, PyTorch's defaults, the race) alternate with the long runs too, and
+each long run of ``a`` and of ``b`` is scored against the absolute 95% interval every scan prints for
+that config (the table's ``±``, ``analysis.noise.long_run``): the label says it holds what a long run
+later gives. The scans' trials are kept in the output, to score another estimator on the same runs
+(``--rescore``).
+
     python benchmarks/race_coverage.py --races 3 --long-rounds 6 --out benchmarks/race_coverage.json
+    python benchmarks/race_coverage.py --races 0 --scans 3 --long-rounds 4 --out benchmarks/scan_coverage.json
+    python benchmarks/race_coverage.py --rescore benchmarks/scan_coverage.json
 
 Run alone on the machine.
 """
@@ -28,14 +37,16 @@ import sys
 import time
 from pathlib import Path
 
+from loadtune.analysis.noise import long_run, run_noise
 from loadtune.analysis.race import legs, pair_logs, race_ratio, verdict
 from loadtune.engine.race import RaceRun, race, run_leg
+from loadtune.engine.scan import scan
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.measure import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
-from loadtune.model.results import write_atomic
+from loadtune.model.results import ScanResult, write_atomic
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -109,6 +120,46 @@ def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int) -> dict:
             "leg_logs": [pair_logs(leg[a], leg[b]) for leg in by_leg.values() if a in leg and b in leg]}
 
 
+def one_scan(spec: str, batch: int, wa: int, wb: int, persistent: bool, seed: int) -> dict:
+    """A scan of the pair as a user would run it with ``--workers A,B --prefetch 2``: its whole result."""
+    started = time.monotonic()
+    result = scan(spec, workers=sorted({wa, wb}), prefetch=[2], persistent=persistent, batch_size=[batch],
+                  diagnose=False, seed=seed)
+    return {"seconds": time.monotonic() - started, "result": result.to_dict()}
+
+
+def absolute_scores(scans: list[dict], rounds: list[dict], configs: dict[str, TrialConfig]) -> dict:
+    """Each scan's printed interval for ``a`` and ``b`` against every long run of that config."""
+    held, pairs, halves = 0, 0, []
+    for s in scans:
+        result = ScanResult.from_dict(s["result"])
+        noise = run_noise(result.configs)
+        for key, config in configs.items():
+            found = result.config_result(config)
+            est = long_run(found, noise) if found is not None else None
+            if est is None:
+                continue
+            halves.append(max(est.high / est.median - 1, 1 - est.low / est.median))
+            for r in rounds:
+                pairs += 1
+                held += est.low <= r[key] <= est.high
+    return {"held": held, "pairs": pairs, "halfwidths": halves}
+
+
+def rescore(path: Path) -> None:
+    """The absolute intervals of a saved run's scans, scored again by today's estimator."""
+    out = json.loads(path.read_text())
+    held = pairs = 0
+    halves = []
+    for name, got in out["archetypes"].items():
+        configs = {"a": TrialConfig.from_dict(got["a_config"]), "b": TrialConfig.from_dict(got["b_config"])}
+        score = absolute_scores(got["scans"], got["long_rounds"], configs)
+        held, pairs, halves = held + score["held"], pairs + score["pairs"], halves + score["halfwidths"]
+        print(f"{name}: {score['held']}/{score['pairs']} long runs inside, half-widths "
+              f"{', '.join(f'{h:.1%}' for h in score['halfwidths'])}")
+    print(f"all: {held}/{pairs} ({held / pairs:.0%}), median half-width {statistics.median(halves):.1%}")
+
+
 def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as one procedure
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--archetypes", default=",".join(PAIRS))
@@ -116,41 +167,64 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
     p.add_argument("--long-rounds", type=int, default=4)
     p.add_argument("--long-s", type=float, default=10.0)
     p.add_argument("--warm-s", type=float, default=3.0)
-    p.add_argument("--out", required=True)
+    p.add_argument("--scans", type=int, default=0, help="scans of each pair, for the absolute intervals")
+    p.add_argument("--out")
+    p.add_argument("--rescore", type=Path, help="score a saved run's scans again, measure nothing")
     args = p.parse_args()
+    if args.rescore:
+        return rescore(args.rescore)
+    if not args.out:
+        p.error("--out is required to measure")
     out = {"meta": run_meta(), "command": " ".join(sys.argv), "archetypes": {}}
     for name in args.archetypes.split(","):
         path, batch, wa, wb, persistent = PAIRS[name]
         spec = str((HERE / path).resolve())
         a, b = worker_config(batch, wa, persistent), worker_config(batch, wb, persistent)
-        races, rounds = [], []
-        for i in range(max(args.races, args.long_rounds)):
+        races, rounds, scans = [], [], []
+        for i in range(max(args.races, args.long_rounds, args.scans)):
             if i < args.long_rounds:
                 order = [(wa, "a"), (wb, "b")] if i % 2 == 0 else [(wb, "b"), (wa, "a")]
                 got = {k: plain_rate(spec, batch, w, args.warm_s, args.long_s, persistent) for w, k in order}
                 rounds.append(got)
             if i < args.races:
                 races.append(one_race(spec, a, b, i))
+            if i < args.scans:
+                scans.append(one_scan(spec, batch, wa, wb, persistent, i))
             print(f"{name} {i + 1}: long {rounds[-1] if i < args.long_rounds else '-'} race "
                   f"{races[-1] if i < args.races else '-'}", flush=True)
         logs = [math.log(r["a"] / r["b"]) for r in rounds]
         truth = math.exp(statistics.fmean(logs))
         half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
         held = sum(1 for r in races if r["low"] <= truth <= r["high"])
-        out["archetypes"][name] = {"a": a.label(), "b": b.label(), "long_ratio": truth,
-                                   "long_low": truth * math.exp(-half), "long_high": truth * math.exp(half), "long_rounds": rounds,
-                                   "races": races, "held": held,
-                                   "halfwidths": [max(r["high"] / r["ratio"] - 1, 1 - r["low"] / r["ratio"]) for r in races]}
-        all_races = [r for v in out["archetypes"].values() for r in v["races"]]
-        out["summary"] = {"held": sum(v["held"] for v in out["archetypes"].values()), "races": len(all_races),
-                          "median_halfwidth": statistics.median(h for v in out["archetypes"].values() for h in v["halfwidths"]),
-                          "median_race_seconds": statistics.median(r["seconds"] for r in all_races),
-                          "median_reference_halfwidth": statistics.median(v["long_high"] / v["long_ratio"] - 1
-                                                                          for v in out["archetypes"].values())}
+        absolute = absolute_scores(scans, rounds, {"a": a, "b": b})
+        out["archetypes"][name] = {"a": a.label(), "b": b.label(), "a_config": a.to_dict(), "b_config": b.to_dict(),
+                                   "long_ratio": truth, "long_low": truth * math.exp(-half), "long_high": truth * math.exp(half),
+                                   "long_rounds": rounds, "races": races, "held": held,
+                                   "halfwidths": [max(r["high"] / r["ratio"] - 1, 1 - r["low"] / r["ratio"]) for r in races],
+                                   "scans": scans, "absolute": absolute}
+        out["summary"] = summary(out["archetypes"])
         write_atomic(Path(args.out), json.dumps(out, indent=1) + "\n")
         print(f"{name}: long-run ratio {truth:.3f} ({truth * math.exp(-half):.3f}–{truth * math.exp(half):.3f}); "
-              f"race intervals holding it: {held}/{len(races)}", flush=True)
+              f"race intervals holding it: {held}/{len(races)}; long runs inside the scans' intervals: "
+              f"{absolute['held']}/{absolute['pairs']}", flush=True)
     print(json.dumps(out["summary"], indent=1))
+
+
+def summary(archetypes: dict) -> dict:
+    """The races' coverage and half-widths, the reference's, and the scans' absolute intervals'."""
+    def median(values: list[float]) -> float | None:
+        return statistics.median(values) if values else None
+
+    got = list(archetypes.values())
+    races = [r for v in got for r in v["races"]]
+    return {"held": sum(v["held"] for v in got), "races": len(races),
+            "median_halfwidth": median([h for v in got for h in v["halfwidths"]]),
+            "median_race_seconds": median([r["seconds"] for r in races]),
+            "median_reference_halfwidth": median([v["long_high"] / v["long_ratio"] - 1 for v in got]),
+            "absolute_held": sum(v["absolute"]["held"] for v in got),
+            "absolute_pairs": sum(v["absolute"]["pairs"] for v in got),
+            "absolute_median_halfwidth": median([h for v in got for h in v["absolute"]["halfwidths"]]),
+            "median_scan_seconds": median([s["seconds"] for v in got for s in v["scans"]])}
 
 
 if __name__ == "__main__":
