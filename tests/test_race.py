@@ -126,6 +126,27 @@ def test_a_decided_config_whose_interval_decides_nothing_races_on():
     assert next_leg(tight, 0.10) == []
 
 
+def test_an_undecided_config_that_another_leg_could_not_decide_rests():
+    """0.975 with a ±2% interval sits on the 2% floor: three more turn pairs cannot move either test past
+    it, so it rests (and is picked as when the legs run out); 0.95 with the same spread could be called
+    slower after one more leg, and races on; so does one whose interval is wider than ``wide``."""
+    from loadtune.analysis.race import LEADER, RaceRatio, RaceVerdict, Standing, could_decide
+    def ratio(value, se, pairs=6, df=5):
+        half = 2.571 * se
+        return RaceRatio(value, value * math.exp(-half), value * math.exp(half), pairs, 2, se=se, df=df)
+
+    on_the_floor, behind = ratio(0.975, 0.008), ratio(0.95, 0.008)
+    assert standing_of(on_the_floor, FLOOR) == UNDECIDED == standing_of(behind, FLOOR)
+    assert not could_decide(on_the_floor, FLOOR, 3) and could_decide(behind, FLOOR, 3)
+    assert could_decide(on_the_floor, FLOOR, 300)  # enough pairs decide anything
+    v = RaceVerdict(W4, [Standing(W4, LEADER, None), Standing(W2, UNDECIDED, on_the_floor), Standing(W1, UNDECIDED, behind)])
+    assert next_leg(v) == [W4, W2, W1]  # without a floor every undecided config races on, as the live race asks
+    assert next_leg(v, 0.10, FLOOR, 3) == [W4, W1]
+    wide = RaceVerdict(W4, [Standing(W4, LEADER, None), Standing(W2, UNDECIDED, ratio(0.975, 0.05))])
+    assert next_leg(wide, 0.10, FLOOR, 3) == [W4, W2]
+    assert could_decide(None, FLOOR, 3)
+
+
 def test_the_pick_is_the_cheapest_tied_with_the_leader_and_never_an_undecided_one():
     screening = [fake_trial(c, r) for c, r in ((W0, 500.0), (W2, 1000.0), (W4, 1000.0))]
     tied = screening + race_trials({W4: 1000.0, W2: 1000.0, W0: 500.0}, legs=5, seed=1, drift=0.03, block_noise=0.02)
@@ -186,6 +207,17 @@ def test_the_race_ends_at_its_legs_and_says_who_was_undecided():
     v = verdict(trials, FLOOR)
     assert not v.decided and how == "legs" and len(legs) == 2
     assert "undecided" in ending_note(how, v, 2) and "not picked over the leader" in ending_note(how, v, 2)
+
+
+def test_the_race_rests_configs_another_leg_could_not_decide_and_says_so():
+    """1% apart sits on the 2% floor: after its two legs no third leg could decide, so the race ends
+    with legs to spare, says why, and the cheaper config is picked as the close one it is."""
+    run, trials, legs = simulated_run({W4: 1010.0, W2: 1000.0}, seed=4)
+    how = race(trials, [W4, W2], FLOOR, run, max_legs=5)
+    v = verdict(trials, FLOOR)
+    assert how == "futile" and len(legs) < 5 and not v.decided
+    assert "another leg could not decide" in ending_note(how, v, 5)
+    assert close(v.standing(W2) if v.leader == W4 else v.standing(W4), FLOOR)
 
 
 def test_a_resumed_race_goes_on_from_its_legs():

@@ -77,12 +77,25 @@ def run_noise(configs: list[ConfigResult]) -> RunNoise:
     return RunNoise(math.sqrt(max(0.0, squares / df - mean_within)), df, mean_within)
 
 
+def alone(config: ConfigResult) -> ConfigResult:
+    """The config's runs timed alone (the screening's, closing rounds'), where it has any: what its
+    absolute figure rests on. A raced leg's blocks are short and follow a rest while the others take
+    their turns: they compare configs side by side, but read the level a few percent low (on a
+    heavy-tailed dataset, legs at 2,450-2,800 samples/s where its runs alone read 2,610-2,620 and long
+    runs of a plain DataLoader 2,620-2,750). The legs still teach how far runs land apart (``run_noise``)."""
+    solo = [t for t in config.trials if not t.raced]
+    if len(solo) == len(config.trials) or not any(t.ok for t in solo):
+        return config
+    return ConfigResult(config.config, solo)
+
+
 def long_run(config: ConfigResult, noise: RunNoise) -> Estimate | None:
-    """The config's figure with a 95% interval for what a long run of it gives: its runs' levels, the
-    spread between runs (for the next run, and for the mean of the ``k`` measured), and their blocks'
-    (never taken as less than the repeated runs' typical: three blocks can agree by chance, and a
-    trial's blocks' interval held a later long run in 38 of 54 pairs, this one in 52). Unchanged (the
-    blocks' interval) when nothing was learned: that is all the data shows then."""
+    """The config's figure with a 95% interval for what a long run of it gives: its runs' levels (those
+    timed alone, ``alone``), the spread between runs (for the next run, and for the mean of the ``k``
+    measured), and their blocks' (never taken as less than the repeated runs' typical: three blocks can
+    agree by chance, and a trial's blocks' interval held a later long run in 38 of 54 pairs, this one
+    in 52). Unchanged (the blocks' interval) when nothing was learned: that is all the data shows then."""
+    config = alone(config)
     est = config.estimate
     levels = run_levels(config)
     if est is None or not levels or not noise.learned:

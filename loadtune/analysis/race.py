@@ -49,6 +49,8 @@ class RaceRatio:
     legs: int
     sure_low: float = 0.0  # one-sided 95% bounds: what the verdicts test against the floor
     sure_high: float = math.inf
+    se: float = 0.0  # of the log ratio, and its degrees of freedom: what another leg could narrow
+    df: int = 0
 
     @property
     def halfwidth(self) -> float:
@@ -130,7 +132,7 @@ def race_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> RaceRatio
     se, df = mean_error(groups)
     half, sure = t975(df) * se, t95(df) * se
     return RaceRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, len(groups),
-                     math.exp(mean - sure), math.exp(mean + sure))
+                     math.exp(mean - sure), math.exp(mean + sure), se, df)
 
 
 def mean_error(groups: list[list[float]]) -> tuple[float, int]:
@@ -204,12 +206,31 @@ def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
     return RaceVerdict(leader, standings)
 
 
-def next_leg(v: RaceVerdict, wide: float = math.inf) -> list[TrialConfig]:
+def could_decide(ratio: RaceRatio | None, floor: float, pairs: int) -> bool:
+    """Whether ``pairs`` more turn pairs could bring an undecided ratio to a verdict, were the ratio and
+    the pairs' spread to stay as measured: its standard error shrinks as the square root of the pairs,
+    and one of the two tests must then clear ``1 - floor``. A ratio that sits on the floor (0.975 with
+    a ±2% interval) would need tens of legs; racing it on spends the budget and changes no pick (an
+    undecided config is picked exactly as when the legs run out). Without a ratio yet: it could."""
+    if ratio is None or ratio.se <= 0 or ratio.pairs < 1:
+        return True
+    se = ratio.se * math.sqrt(ratio.pairs / (ratio.pairs + pairs))
+    return abs(math.log(ratio.value) - math.log(1 - floor)) >= t95(ratio.df + pairs) * se
+
+
+def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None, pairs: int = 0) -> list[TrialConfig]:
     """Who races on: the leader, the undecided, and the decided whose ratio to it is known no better
     than ± ``wide`` (a verdict stands, but an interval that wide tells a reader nothing); nobody when
-    none of them is left."""
-    rest = [s.config for s in v.standings
-            if s.status == UNDECIDED or (s.status != LEADER and s.ratio is not None and s.ratio.halfwidth > wide)]
+    none of them is left. With ``floor`` and ``pairs`` (a leg's turn pairs), an undecided config that
+    one more leg could not decide (``could_decide``) and whose interval is within ``wide`` rests."""
+    def races_on(s: Standing) -> bool:
+        if s.status == LEADER:
+            return False
+        if s.ratio is not None and s.ratio.halfwidth > wide:
+            return True
+        return s.status == UNDECIDED and (floor is None or could_decide(s.ratio, floor, pairs))
+
+    rest = [s.config for s in v.standings if races_on(s)]
     return [v.leader, *rest] if rest else []
 
 

@@ -74,11 +74,12 @@ class RaceRun:
 def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, race_run: RaceRun, max_legs: int) -> str:
     """Race ``entrants`` (or, on a resumed scan, whoever the legs so far left undecided) until the race
     decides, ``max_legs`` at most; ``trials`` holds every trial so far and grows with the legs. Returns how it ended:
-    "decided", "legs" (its legs were spent) or "budget"."""
+    "decided", "futile" (those left undecided sit so near the noise floor that another leg could not
+    decide them), "legs" (its legs were spent) or "budget"."""
     done = [t for t in trials if t.raced]
     number = max((t.round for t in done), default=0)
     current = verdict(trials, noise_floor)
-    configs = racing(trials, entrants, current, number, max_legs)
+    configs = racing(trials, entrants, current, number, max_legs, noise_floor)
     last_wall = 0.0
     while len(configs) >= 2:
         if number >= max_legs:
@@ -92,20 +93,22 @@ def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, r
             return "failed"
         last_wall = sum(t.wall_s for t in leg) / len(leg)
         current = verdict(trials, noise_floor)
-        configs = racing(trials, entrants, current, number, max_legs) if current is not None else []
+        configs = racing(trials, entrants, current, number, max_legs, noise_floor) if current is not None else []
+    if current is not None and current.undecided:  # those left rest: another leg could not decide them
+        return "legs" if number >= max_legs else "futile"
     return "decided"
 
 
 def racing(trials: list[Trial], entrants: list[TrialConfig], current: RaceVerdict | None, legs_run: int,
-           max_legs: int) -> list[TrialConfig]:
+           max_legs: int, noise_floor: float) -> list[TrialConfig]:
     """Who runs the next leg: every entrant until the race has a verdict, every config raced so far
-    until ``MIN_LEGS`` legs are run (``max_legs`` permitting), then the leader, the undecided and those
-    whose interval is wider than ``WIDE``."""
+    until ``MIN_LEGS`` legs are run (``max_legs`` permitting), then the leader, those whose interval is
+    wider than ``WIDE`` and the undecided that one more leg could decide."""
     if current is None:
         return entrants
     if legs_run < min(MIN_LEGS, max_legs):
         return raced_configs(trials)
-    return next_leg(current, WIDE)
+    return next_leg(current, WIDE, noise_floor, PAIRS_PER_LEG)
 
 
 def ending_note(how: str, v: RaceVerdict | None, max_legs: int) -> str | None:
@@ -113,7 +116,8 @@ def ending_note(how: str, v: RaceVerdict | None, max_legs: int) -> str | None:
     if v is None or how == "decided" or not v.undecided:
         return None
     why = {"legs": f"its {max_legs} legs were spent (--race-legs)", "budget": "the budget was spent",
-           "failed": "a leg failed"}.get(how, how)
+           "failed": "a leg failed",
+           "futile": "another leg could not decide it: the ratio measured lies too near the noise floor"}.get(how, how)
     parts = []
     for s in v.standings:
         if s.status == "undecided":

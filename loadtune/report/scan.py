@@ -18,7 +18,7 @@ from loadtune.analysis import footprint
 from loadtune.analysis.load import load_summary
 from loadtune.analysis.recommend import best_with_workers, noise_floor_of, persistent_saving, snippet
 from loadtune.model.results import ConfigResult, ScanResult, StageCost
-from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, gain, long_run, run_noise
+from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, alone, gain, long_run, run_noise
 from loadtune.analysis.race import relative_to
 from loadtune.analysis.view import Row, rows as view_rows
 from loadtune.report.text import (BAR_WIDTH, STATUS_STYLES, bar, gbps, load_sentence, ms, rate, short_bytes, spread_text,
@@ -32,7 +32,8 @@ SECONDARY_COLUMNS = ("bar", "start", "mem", "gbps", "wait")
 COLUMN_ORDER = ("race", "bar", "start", "mem", "wait", "gbps")  # race: when one ran; wait and GB/s: when a step ran / batches went to a GPU
 COLUMN_HEADERS = {"race": "vs pick", "start": "start", "mem": "mem", "wait": "wait", "gbps": "GB/s"}
 RACE_CAPTION = ("vs pick: throughput relative to the pick, measured side by side in the race (loaders alive together, "
-                "short blocks taking turns), with its 95% interval over the turn pairs")
+                "short blocks taking turns), with its 95% interval over the turn pairs; samples/s come from the runs "
+                "timed alone, the race's legs count among the runs (×N)")
 CAPTION_PARTS = {
     "star": "★ recommended",
     "default": "default: PyTorch's defaults",
@@ -269,7 +270,7 @@ def recommendation_panel(result: ScanResult) -> Panel:
     est = long_run(pick, noise)
     lines = Text()
     lines.append(result.label(rec.config), style="bold")
-    runs = sum(1 for t in pick.trials if t.ok)
+    runs = sum(1 for t in alone(pick).trials if t.ok)
     lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} "
                  + (f"(median of {est.n} blocks pooled from {runs} runs" if runs > 1 else f"(median of {est.n} blocks")
                  + ("; ± for a long run)\n" if noise.learned else "; ± of the blocks)\n"))
@@ -303,7 +304,7 @@ def gain_text(result: ScanResult, rec, pick: ConfigResult, noise: RunNoise) -> s
     if result.settings.current is not None:
         return current_text(result, rec)
     if rec.speedup is not None and rec.baseline != rec.config:
-        base = result.config_result(rec.baseline).estimate
+        base = alone(result.config_result(rec.baseline)).estimate
         return (f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
                 f"at batch size {rec.baseline.batch_size}), {speedup_how(rec)}, 95% interval {rec.speedup_low:.2f}×–"
                 + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n"))
