@@ -141,3 +141,11 @@ def test_without_a_paired_round_the_gain_comes_from_the_long_run_intervals():
     g = gain(configs[CONFIGS[3]], configs[CONFIGS[0]], run_noise(list(configs.values())))
     assert g.rounds == 0 and g.ratio.low < g.ratio.value < g.ratio.high
     assert ConfigResult(CONFIGS[1], []).estimate is None and long_run(ConfigResult(CONFIGS[1], []), run_noise([])) is None
+
+
+def test_the_caption_says_what_the_spread_learned_is_even_when_it_is_nothing():
+    from loadtune.analysis.noise import RunNoise
+    from loadtune.report.scan import spread_caption
+    assert "4.0% between runs" in spread_caption(RunNoise(0.04, 6, 0.001))
+    assert "agreed within their blocks' own noise" in spread_caption(RunNoise(0.0, 6, 0.001))  # not "0.0%"
+    assert "run-to-run noise unknown" in spread_caption(RunNoise(0.0, 0, 0.0))

@@ -117,7 +117,9 @@ def race_cell(row: Row, rec, relative: dict) -> str:
 def spread_caption(noise: RunNoise) -> str:
     """What the ± means: an interval for a long run once the scan repeated a config, else the blocks' own."""
     if noise.learned:
-        return CAPTION_PARTS["spread"] + f" ({noise.between:.1%} between runs)"
+        between = (f"{noise.between:.1%} between runs" if noise.between >= 0.0005
+                   else "the runs agreed within their blocks' own noise, which the ± holds")
+        return CAPTION_PARTS["spread"] + f" ({between})"
     return "±: 95% interval of the median block of the runs measured (no config was repeated: run-to-run noise unknown)"
 
 
