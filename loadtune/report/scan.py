@@ -65,7 +65,7 @@ def trial_table(result: ScanResult, rows: list[Row] | None = None, width: int | 
 
 def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Table:
     rec = result.recommendation
-    top = max((c.estimate.median for c in result.configs if c.ok), default=0.0)  # bars relative to the whole scan
+    top = max((alone(c).estimate.median for c in result.configs if c.ok), default=0.0)  # bars relative to the whole scan
     table = Table(title="DataLoader configs, fastest first", title_justify="left", header_style="bold", pad_edge=False)
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("config", ratio=1, min_width=12)
@@ -372,7 +372,7 @@ def current_text(result: ScanResult, rec) -> str:
     if rec.speedup is None:
         return f"Your current settings: {label}.\n"
     how = speedup_how(rec)
-    return (f"{rec.speedup:.2f}× your current settings ({label}: {rate(mine.estimate.median)} samples/s), {how}, "
+    return (f"{rec.speedup:.2f}× your current settings ({label}: {rate(alone(mine).estimate.median)} samples/s), {how}, "
             f"95% interval {rec.speedup_low:.2f}×–" + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n"))
 
 
