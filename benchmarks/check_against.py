@@ -10,12 +10,14 @@ checks a step's branch out in that repository's work tree and runs ``loadtune ch
 --against A`` there: the base is checked out beside it by the check itself, as in CI. Cells (condition
 x step x tolerance) are interleaved run by run, so drift of the machine over the benchmark hits every
 cell alike. Targets: at most 1 regression verdict in 20 unchanged checks in every condition; at the
-default tolerance (10%) +20% caught at least 19 of 20; at ``--tolerance 5%`` +10% caught at least 18
-of 20; the median and longest time per check.
+default tolerance (10%) a 20% slowdown caught at least 19 of 20; at ``--tolerance 5%`` a 10% slowdown
+caught at least 18 of 20; the median and longest time per check. The steps are work per sample, not
+slowdowns: on this dataset +10% work reads about 6.5% fewer samples/s, +16% about 10.5%, +20% about 13%
+(the rest of a sample's time is not dialled), so the 5% target is the +16% step.
 
     python benchmarks/check_against.py --runs 20 --out benchmarks/check_against.json
 
-``--cells`` picks the step:tolerance pairs (default: every step at 10%, and +0% and +10% at 5%);
+``--cells`` picks the step:tolerance pairs (default: every step at 10%, and +0%, +10% and +16% at 5%);
 ``--show JSON`` prints the table of a saved run. The checked loader is ``--config`` (default two
 workers, persistent, batch 32: its workers contend for the cores with the background load).
 """
@@ -44,7 +46,7 @@ BUSY = [sys.executable, "-c", "while True: pass"]
 TOGGLING = [sys.executable, "-c", "import time\nwhile True:\n    end = time.time() + 4\n    while time.time() < end: pass\n"
                                   "    time.sleep(4)"]
 CONDITIONS = {"quiet": None, "one core busy": BUSY, "pace changes": TOGGLING}
-DEFAULT_CELLS = "0:10%,5:10%,10:10%,20:10%,0:5%,10:5%"  # step (% more work per sample):tolerance
+DEFAULT_CELLS = "0:10%,5:10%,10:10%,20:10%,0:5%,10:5%,16:5%"  # step (% more work per sample):tolerance
 BASE_TAG = "A"
 
 
