@@ -33,14 +33,14 @@ COLUMN_ORDER = ("race", "bar", "start", "mem", "wait", "gbps")  # race: when one
 COLUMN_HEADERS = {"race": "vs pick", "start": "start", "mem": "mem", "wait": "wait", "gbps": "GB/s"}
 RACE_CAPTION = ("vs pick: throughput relative to the pick, measured side by side in the race (loaders alive together, "
                 "short blocks taking turns), with its 95% interval over the turn pairs; samples/s come from the runs "
-                "timed alone, the race's legs count among the runs (×N)")
+                "timed alone")
 CAPTION_PARTS = {
     "star": "★ recommended",
     "default": "default: PyTorch's defaults",
     "spread": "±: 95% interval for a long run, from the run-to-run spread of the configs measured more than once",
     "start": "start: time to first batch",
     "mem": "mem: PSS of main process + workers",
-    "runs": "×N: runs pooled",
+    "runs": "×N: runs measured, a race's legs included",
 }
 
 
