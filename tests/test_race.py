@@ -251,10 +251,20 @@ def test_a_real_race_tells_two_workers_from_one_on_a_waiting_dataset():
 @pytest.mark.slow
 def test_a_scan_races_its_contenders_and_states_the_gain_side_by_side(tmp_path):
     """The screening times w0 (PyTorch's defaults), w1 and w2 alone; the race takes w2 and the defaults,
-    so the gain over them is a paired ratio: w2 makes about twice what the main process alone does."""
-    from loadtune.engine.scan import scan
+    so the gain over them is a paired ratio: w2 makes about twice what the main process alone does.
+    loadtune's yardstick runs after the answer, which it does not change."""
+    from loadtune.engine.scan import ScanObserver, scan
 
-    result = scan(str(SPECS / "sleep_dial.py"), json_path=tmp_path / "r.json", workers=[0, 1, 2], race_legs=3)
+    class Answer(ScanObserver):
+        yardsticks: int | None = None
+
+        def answer_ready(self, result):
+            self.yardsticks = len(result.calibration)
+
+    seen = Answer()
+    result = scan(str(SPECS / "sleep_dial.py"), json_path=tmp_path / "r.json", workers=[0, 1, 2], race_legs=3,
+                  observer=seen)
+    assert seen.yardsticks == 0 and len(result.calibration) == 2
     two, zero = replace(W2, batch_size=8), TrialConfig(8, 0)
     raced = {t.config for t in result.trials if t.raced}
     assert {two, zero} <= raced

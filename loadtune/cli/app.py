@@ -261,7 +261,7 @@ def planned_scan(spec: Optional[str], flags: dict, json_path: Optional[Path], re
 
 def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool) -> ScanResult:
     """Measure, with progress unless quiet, and print (or write the JSON). The report is printed as
-    soon as the answer is final, while the closing calibration (and a reference for ``check``, when
+    soon as the answer is final, while the calibration workload (and a reference for ``check``, when
     asked: a line then says how that went) runs; the JSON holds all of it, so it comes at the end.
     On Ctrl-C print and save what was measured, then exit 130."""
     result = plan.result

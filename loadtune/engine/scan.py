@@ -33,6 +33,9 @@ from loadtune.model.results import ScanResult, Trial, check_writable
 from loadtune.model.settings import ScanOptions
 from loadtune.search.race import entrants, race_memory_limit
 
+# with a race after it, a screening trial times this many blocks at most (unless --min-blocks asks more):
+# it only has to find who races, and the race decides between them side by side
+SCREEN_BLOCKS = 6
 NO_REFERENCE = "no reference for check"  # how the notes that say why none was recorded begin
 NO_PROFILE_WITH_RANKS = ("no stage profile or bound with several ranks: the profile models one loader, and ranks share "
                          "the node's cores in ways it does not (the table's slowest rank is the figure)")
@@ -89,9 +92,10 @@ class Run:
 
 def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObserver | None = None) -> ScanResult:
     """Run what the strategy proposes, one trial at a time, saving after each, until it proposes
-    nothing or the budget is spent; then profile the stages. The answer is final then, and the
-    observer hears so (``answer_ready``: a user reads the recommendation while the rest runs); last
-    the reference for ``check`` and the closing yardstick, which change neither pick nor figures.
+    nothing or the budget is spent; then race the contenders and profile the stages. The answer is
+    final then, and the observer hears so (``answer_ready``: a user reads the recommendation while the
+    rest runs); last the yardstick, before and after the reference for ``check``, which change neither
+    pick nor figures (the yardstick ran first once, and the answer came that much later for nothing).
     On Ctrl-C the result is saved (``interrupted``) and KeyboardInterrupt propagates."""
     result, opts = plan.result, plan.options
     save = (lambda: result.save(json_path)) if json_path else (lambda: None)
@@ -100,8 +104,6 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
         observer.scan_started(result, plan.strategy.planned, opts.budget)
     save()
     try:
-        if not result.calibration:
-            calibrate(run)  # the machine's speed now, for ``show`` to compare scans across machines
         search(run)
         race_contenders(run)
         diagnose(run)
@@ -110,8 +112,10 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
         save()
         if observer:
             observer.answer_ready(result)
+        if not result.calibration:  # a resumed scan may have run it
+            calibrate(run)  # the machine's speed, for ``show`` to compare scans across machines
         reference(run)
-        calibrate(run)  # again at the end: drift during the scan shows as a difference
+        calibrate(run)  # again at the end: drift shows as a difference
     except KeyboardInterrupt:
         interrupted(plan)
         save()
@@ -222,15 +226,27 @@ def run_quietly(run: Run, config: TrialConfig, round_: int) -> Trial:
     out of every estimate. The strategy sees one trial either way."""
     result, observer = run.plan.result, run.observer
     on_event = observer.trial_event if observer else None
-    trial = run_trial(run.plan.source, run.request_for(config), on_event)
+    request = screening(run.request_for(config), run.plan.options)
+    trial = run_trial(run.plan.source, request, on_event)
     if not (trial.ok and disturbed(trial.load, run.plan.options.noise_floor)) or not run.fits(2):
         return trial
     if observer:
         observer.trial_started(len(result.trials), config, round_)
-    kept, aside = quieter(trial, run_trial(run.plan.source, run.request_for(config), on_event))
+    kept, aside = quieter(trial, run_trial(run.plan.source, request, on_event))
     aside.reference, aside.round = config.key in result.settings.references, round_
     result.remeasured.append(aside)
     return kept
+
+
+def screening(request: TrialRequest, opts: ScanOptions) -> TrialRequest:
+    """A trial of the search: at most ``SCREEN_BLOCKS`` blocks where the race follows it. Its figure
+    places the config on the curve and chooses who races; a config that races is ranked by the race,
+    and its absolute figure and interval (from its runs alone) carry the between-run spread, which
+    more blocks of one run do not narrow."""
+    if not races(opts):
+        return request
+    blocks = max(opts.min_blocks, min(request.timing.blocks, SCREEN_BLOCKS))
+    return replace(request, timing=replace(request.timing, blocks=blocks))
 
 
 def diagnose(run: Run) -> None:
