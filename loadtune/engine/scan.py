@@ -245,7 +245,7 @@ def screening(request: TrialRequest, opts: ScanOptions) -> TrialRequest:
     more blocks of one run do not narrow."""
     if not races(opts):
         return request
-    blocks = max(opts.min_blocks, min(request.timing.blocks, SCREEN_BLOCKS))
+    blocks = max(request.timing.min_blocks, min(request.timing.blocks, SCREEN_BLOCKS))
     return replace(request, timing=replace(request.timing, blocks=blocks))
 
 
