@@ -94,8 +94,8 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     """Run what the strategy proposes, one trial at a time, saving after each, until it proposes
     nothing or the budget is spent; then race the contenders and profile the stages. The answer is
     final then, and the observer hears so (``answer_ready``: a user reads the recommendation while the
-    rest runs); last the yardstick, before and after the reference for ``check``, which change neither
-    pick nor figures (the yardstick ran first once, and the answer came that much later for nothing).
+    rest runs); last the yardstick, before and after the reference for ``check``: neither changes the
+    pick or a figure, so neither delays the answer.
     On Ctrl-C the result is saved (``interrupted``) and KeyboardInterrupt propagates."""
     result, opts = plan.result, plan.options
     save = (lambda: result.save(json_path)) if json_path else (lambda: None)
