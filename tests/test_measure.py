@@ -1,6 +1,7 @@
 """The timing loop on real DataLoaders, in this process (no isolation), so its counting can be checked."""
 
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ from conftest import SPECS
 
 from loadtune.engine.trial.measure import (Drained, LoaderOptions, Meter, SampleCounter, SizeTally, Timing, make_consumer, make_loader,
                                            measure, ready_batches)
+from loadtune.engine.trial.paired import in_flight, resume
 from loadtune.model.config import TrialConfig
 from loadtune.engine.spec import from_objects, load_spec
 
@@ -165,6 +167,39 @@ def test_ready_batches_counts_what_workers_finished_ahead():
     solo = meter_for(from_objects(Waiting()), TrialConfig(batch_size=4, num_workers=0))
     solo.startup()
     assert ready_batches(solo.iterator) is None  # no workers, no backlog
+
+
+@pytest.mark.slow
+def test_a_resumed_loader_is_timed_from_no_head_start():
+    # 4 workers x 4 prefetched batches of 40 ms each; the consumer takes 5 ms a batch, so taking the
+    # backlog of 16 lasts two batches of a worker's: meanwhile the workers, handed new work as it went,
+    # finish more, which the block would count as its own unless resume takes them too
+    spec = from_objects(Waiting(0.01))
+    config = TrialConfig(batch_size=4, num_workers=4, prefetch_factor=4)
+    loader = make_loader(spec, config, LoaderOptions(shuffle=False))
+    meter = Meter(loader, lambda batch: time.sleep(0.005), lambda: None, SampleCounter(spec, config, False))
+    meter.startup()
+    assert backlog_reaches(meter, 4 * 4)
+    resume(meter, config.num_workers, time.perf_counter() + 30)
+    assert ready_batches(meter.iterator) <= 1
+
+
+def test_in_flight_counts_what_workers_still_make():
+    # the DataLoader's outstanding count already leaves out the batches it took from the queue out of
+    # order (held for their turn): in flight = outstanding - queued, and ready = queued + held
+    class Queue:
+        def __init__(self, size):
+            self.size = size
+
+        def qsize(self):
+            return self.size
+
+    queue = Queue(3)
+    iterator = SimpleNamespace(_data_queue=queue, _worker_result_queue=queue, _tasks_outstanding=7,
+                               _task_info={10: (0,), 11: (1, "held"), 12: (0, "held"), 13: (1,)})
+    assert ready_batches(iterator) == 3 + 2
+    assert in_flight(iterator) == 7 - 3
+    assert in_flight(SimpleNamespace()) == 0  # a torch that keeps them elsewhere: nothing known in flight
 
 
 @pytest.mark.slow

@@ -407,15 +407,27 @@ class Meter:
         return Block(samples, batches, self.mark - start, epochs, wait_s, h2d_bytes)
 
 
-def ready_batches(iterator: Any) -> int | None:
-    """Batches the workers have finished that the main process has not taken yet; None when the
-    loader has no workers or this torch keeps them elsewhere (the DataLoader's private state)."""
+def queued_batches(iterator: Any) -> int | None:
+    """Batches the workers have finished that still wait in the loader's queues; None when the loader
+    has no workers or this torch keeps them elsewhere (the DataLoader's private state)."""
     try:
-        ready = iterator._data_queue.qsize()
+        queued = iterator._data_queue.qsize()
         if iterator._worker_result_queue is not iterator._data_queue:  # pin_memory: not pinned yet
-            ready += iterator._worker_result_queue.qsize()
-        return ready + sum(1 for info in iterator._task_info.values() if len(info) == 2)
+            queued += iterator._worker_result_queue.qsize()
+        return queued
     except (AttributeError, NotImplementedError, TypeError):
+        return None
+
+
+def ready_batches(iterator: Any) -> int | None:
+    """Batches the workers have finished that the main process has not taken yet: those queued, and
+    those taken from the queue out of order and held for their turn; None as ``queued_batches``."""
+    queued = queued_batches(iterator)
+    if queued is None:
+        return None
+    try:
+        return queued + sum(1 for info in iterator._task_info.values() if len(info) == 2)
+    except (AttributeError, TypeError):
         return None
 
 

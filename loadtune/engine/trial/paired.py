@@ -17,6 +17,7 @@ busy. A loader whose short epochs are measured whole rests at an epoch boundary 
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Hashable, Iterator
@@ -33,6 +34,7 @@ from loadtune.engine.trial.measure import (
     build_meter,
     finish_trial,
     open_device,
+    queued_batches,
     ready_batches,
     warm_up,
 )
@@ -141,9 +143,11 @@ def race_orders(count: int, pairs: int, seed: int) -> Iterator[tuple[int, ...]]:
 
 def timed_turn(meter: Meter, config: TrialConfig, block_s: float, deadline: float) -> Block:
     """One timed block of a loader that rested: ``resume`` it, then time at least ``block_s``, two
-    batches per worker, and whole bursts of one batch per worker."""
+    batches per worker (as many as it prefetches, where more: every batch in flight at the block's end
+    was asked for inside it), and whole bursts of one batch per worker."""
     resume(meter, config.num_workers, deadline)
-    return meter.phase(block_s, max(1, 2 * config.num_workers), deadline, multiple=max(1, config.num_workers))
+    per_worker = max(2, config.prefetch_factor or 0)
+    return meter.phase(block_s, max(1, per_worker * config.num_workers), deadline, multiple=max(1, config.num_workers))
 
 
 def resume(meter: Meter, workers: int, deadline: float) -> None:
@@ -163,16 +167,35 @@ def resume(meter: Meter, workers: int, deadline: float) -> None:
     iterator = meter.loader_iterator
     ahead = ready_batches(iterator) if iterator is not None else None
     meter.phase(0.0, max(1, ahead or 0) + workers, deadline)
+    catch_up(meter, deadline)
+
+
+def catch_up(meter: Meter, deadline: float) -> None:
+    """Consume, untimed, the batches the workers finished while the backlog was being taken, until
+    none is ready, or twice running no fewer than at their lowest (the main process then sets the
+    pace, and a full queue is its steady state).
+
+    Taking a backlog is not instant: each batch comes through shared memory, and 64 workers' 256
+    batches took longer than one batch takes a worker. Meanwhile the workers, handed new work as the
+    backlog went, made more, and a block timed from there counted that head start: 64 workers waiting
+    on storage with 4 batches prefetched each read 1.5-1.7x their rate alone (docs/measuring.md)."""
+    iterator = meter.loader_iterator
+    low, stalls = math.inf, 0
+    while stalls < 2 and time.perf_counter() < deadline and (ready := ready_batches(iterator) or 0) > 0:
+        stalls = 0 if ready < low else stalls + 1
+        low = min(low, ready)
+        meter.phase(0.0, ready, deadline)
 
 
 def in_flight(iterator: Any) -> int:
     """Batches the loader's workers were asked for and are still making (0 without workers, or where
-    this torch keeps them elsewhere)."""
-    ready = ready_batches(iterator)
+    this torch keeps them elsewhere). The DataLoader's count of outstanding tasks already leaves out
+    the batches it took from the queue out of order, so only the queued ones are subtracted."""
+    queued = queued_batches(iterator)
     outstanding = getattr(iterator, "_tasks_outstanding", None)
-    if ready is None or not isinstance(outstanding, int):
+    if queued is None or not isinstance(outstanding, int):
         return 0
-    return max(0, outstanding - ready)
+    return max(0, outstanding - queued)
 
 
 def settle(meter: Meter, until: float) -> None:
