@@ -1,0 +1,73 @@
+"""Does a race leg read a loader at its rate alone? Many-worker loaders on the storage-bound archetype.
+
+A race times each loader in short blocks after it rested while its neighbours ran
+(``engine.trial.duet``); its figures must be its own rate, not a head start the rest gave it. Each
+``--repeats`` round runs every config alone (one trial process, the scan's timing, a screening's 6
+blocks) and then one leg of all of them (``engine.race.run_leg``, the scan's race timing), and reports
+each config's median block rate in both. The configs are those a scan of
+``benchmarks/archetypes/storage_latency.py`` races at the far end of its worker range: 64 workers with
+4 and 2 batches prefetched each, and 32 with 4.
+
+    python benchmarks/race_legs.py --repeats 3 --out benchmarks/race_legs.json
+    PYTHONPATH=/tmp/before python benchmarks/race_legs.py ...   # an older loadtune (its commit is recorded)
+
+Run alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import loadtune
+from loadtune.engine.race import run_leg
+from loadtune.engine.spec import SpecRef
+from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.model.config import TrialConfig
+from loadtune.model.settings import ScanOptions
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from meta import git_state, run_meta  # noqa: E402
+
+SPEC = str(Path(__file__).resolve().parent / "archetypes" / "storage_latency.py")
+BATCH = 64
+CONFIGS = [(64, 4), (64, 2), (32, 4)]  # (workers, prefetch_factor)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("race_legs.json"))
+    args = parser.parse_args()
+    opts = ScanOptions()
+    timing = Timing(warmup_s=opts.warmup, block_s=opts.block_time, blocks=6, max_s=opts.timeout * 0.8, min_blocks=3)
+    configs = [TrialConfig(BATCH, w, False, pf, True) for w, pf in CONFIGS]
+    request = TrialRequest(configs[0], "cpu", timing, LoaderOptions(shuffle=True, seed=1), opts.timeout, "fork")
+    package = Path(loadtune.__file__).resolve().parents[1]
+    out = {"meta": run_meta(), "loadtune": {"path": str(package), **git_state(package)}, "rounds": []}
+    for repeat in range(args.repeats):
+        alone = {c.label(): statistics.median(b.rate for b in run_trial(SpecRef(SPEC), replace(request, config=c)).blocks)
+                 for c in configs}
+        leg = run_leg(SpecRef(SPEC), request, configs, repeat + 1, 7 + repeat)
+        legs = {c.label(): [round(b.rate) for b in t.blocks] for c, t in zip(configs, leg)}
+        out["rounds"].append({"alone": alone, "leg_blocks": legs})
+        for c in configs:
+            print(f"{c.label():24} alone {alone[c.label()]:8.0f}  leg {statistics.median(legs[c.label()]):8.0f}  "
+                  f"blocks {legs[c.label()]}", flush=True)
+    out["summary"] = {c.label(): {"alone_median": statistics.median(r["alone"][c.label()] for r in out["rounds"]),
+                                  "leg_median": statistics.median(b for r in out["rounds"] for b in r["leg_blocks"][c.label()]),
+                                  "leg_over_alone": [statistics.median(r["leg_blocks"][c.label()]) / r["alone"][c.label()]
+                                                     for r in out["rounds"]]}
+                      for c in configs}
+    args.out.write_text(json.dumps(out, indent=1))
+    print(json.dumps(out["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
