@@ -1,6 +1,9 @@
 """Trials in isolated processes with real DataLoader workers: results, failures, timeouts, no orphans."""
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +171,33 @@ def test_one_table_records_a_loaders_messages_on_the_trial_and_a_ranks_on_its_fi
     assert ranked.blocks == [] and ranked.cpu_s == 0.6 and ranked.gpu.peak_reserved_bytes == 11  # the node's CPU, the fullest GPU
     assert ranked.warnings == ["rank 0: w", "rank 1: w"]
     assert Message(Kind.BLOCK, 1, 1, 0).event() == (Kind.RANK, (1, 0, Kind.BLOCK, 1))  # what on_event hears of a rank
+
+
+SERVER_FIRST = """
+import sys, psutil
+from loadtune.engine.trial.server import start_fork_server
+start_fork_server()
+assert "torch" not in sys.modules, "starting the fork server imported torch here"
+servers = [p.pid for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())]
+assert len(servers) == 1, servers
+from conftest import QUICK_TIMING, SPECS
+from loadtune.engine.spec import SpecRef
+from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.measure import LoaderOptions
+from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.model.config import TrialConfig
+trial = run_trial(SpecRef(str(SPECS / "tiny.py")), TrialRequest(TrialConfig(8, 1, prefetch_factor=2), "cpu", QUICK_TIMING,
+                                                                LoaderOptions(), 60.0, None))
+assert trial.ok, trial.error
+assert [p.pid for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())] == servers
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_a_fork_server_started_before_torch_serves_the_trials():
+    # the CLI starts it first, so that it imports torch while the CLI does
+    out = subprocess.run([sys.executable, "-c", SERVER_FIRST], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

@@ -14,6 +14,10 @@ def main() -> None:
 
         print(f"loadtune {__version__}")
         return
+    if sys.argv[1:2] in (["scan"], ["check"]) and "--help" not in sys.argv:  # commands that run trials
+        from loadtune.engine.trial.server import start_fork_server
+
+        start_fork_server()  # it imports torch while this process does, not after
     # torch warns at import when numpy is absent; loadtune never needs numpy. Silenced for this import
     # only (the filter is restored after), so the CLI's output stays clean without a global side effect.
     with warnings.catch_warnings():

@@ -16,7 +16,7 @@ from torch.utils.data import BatchSampler, Dataset, SequentialSampler
 
 from loadtune.model.config import TrialConfig
 from loadtune.engine.spec import LoadedSpec, SpecRef, from_objects
-from loadtune.engine.trial.child import main_module_hidden
+from loadtune.engine.trial.server import main_module_hidden
 from loadtune.model.paired import CalibrationShape
 from loadtune.model.results import ScanResult
 

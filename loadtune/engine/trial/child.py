@@ -14,7 +14,6 @@ import multiprocessing
 import os
 import pickle
 import signal
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,27 +23,6 @@ from loadtune.engine.trial.faults import diagnose
 from loadtune.engine.trial.measure import ConsumerError, TrialFailure, measure
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, TrialRun
 from loadtune.model.results import TrialError
-
-
-@contextlib.contextmanager
-def main_module_hidden():
-    """Start children without making them re-import the caller's ``__main__``.
-
-    forkserver (like spawn) re-runs the parent's main script in each child; a trial needs nothing
-    from it, and a user's notebook-style script without an ``if __name__ == "__main__"`` guard would
-    run again inside every trial. Hiding the attributes it keys on, for the instant of ``start()``,
-    leaves the child's ``__main__`` empty."""
-    main = sys.modules.get("__main__")
-    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if main and name in main.__dict__}
-    if "__file__" in saved:
-        del main.__file__
-    if "__spec__" in saved:
-        main.__spec__ = None
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(main, name, value)
 
 
 def die_with_parent() -> None:

@@ -30,13 +30,13 @@ from loadtune.engine.trial.child import (
     Parcel,
     _child,
     exit_error,
-    main_module_hidden,
     scratch_dir,
 )
 from loadtune.engine.trial.measure import TrialFailure
 from loadtune.engine.trial.memory import MemorySampler
 from loadtune.engine.trial.nvml import UtilisationSampler
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, apply
+from loadtune.engine.trial.server import fork_server_context, main_module_hidden
 from loadtune.model.results import GPUUsage, LoadReading, Trial, TrialError
 
 OnEvent = Callable[[Kind, Any], None]
@@ -52,11 +52,7 @@ def context_for(source: SpecRef | LoadedSpec, device: str = "cpu"):
     methods = multiprocessing.get_all_start_methods()
     if isinstance(source, LoadedSpec) and not source.picklable and "fork" in methods and not device.startswith("cuda"):
         return multiprocessing.get_context("fork")
-    if "forkserver" in methods:
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["loadtune.engine.trial.child"])
-        return ctx
-    return multiprocessing.get_context("spawn")
+    return fork_server_context() or multiprocessing.get_context("spawn")
 
 
 @contextlib.contextmanager
