@@ -227,16 +227,19 @@ def test_a_resumed_race_goes_on_from_its_legs():
     assert race(trials, [W4, W2], FLOOR, run, 5) == "decided" and len(legs) == race_mod.MIN_LEGS  # nothing left to race
 
 
-def test_a_screening_trial_times_six_blocks_at_most_only_where_the_race_follows():
-    """The race decides between the contenders, so their screening runs stop at 6 blocks; without a
-    race the screening's figures decide, and ``--blocks`` holds. ``--min-blocks`` always holds."""
+def test_a_screening_trial_times_six_blocks_at_most_after_half_the_warmup_only_where_the_race_follows():
+    """The race decides between the contenders, so their screening runs stop at 6 blocks, after half the
+    warm-up; without a race the screening's figures decide, and ``--blocks`` and ``--warmup`` hold.
+    ``--min-blocks`` always holds."""
     from loadtune.engine.scan import SCREEN_BLOCKS, screening
     from loadtune.engine.trial.measure import Timing
     from loadtune.model.settings import ScanOptions
 
     request = quick_request(W2, Timing(warmup_s=1.0, block_s=0.5, blocks=10, max_s=60.0, min_blocks=3))
     assert screening(request, ScanOptions()).timing.blocks == SCREEN_BLOCKS == 6
+    assert screening(request, ScanOptions()).timing.warmup_s == 0.5
     assert screening(request, ScanOptions(race_legs=0)).timing.blocks == 10
+    assert screening(request, ScanOptions(race_legs=0)).timing.warmup_s == 1.0
     assert screening(request, ScanOptions(confirm=0)).timing.blocks == 10
     at_least_8 = replace(request, timing=replace(request.timing, min_blocks=8))
     assert screening(at_least_8, ScanOptions()).timing.blocks == 8

@@ -33,9 +33,11 @@ from loadtune.model.results import ScanResult, Trial, check_writable
 from loadtune.model.settings import ScanOptions
 from loadtune.search.race import entrants, race_memory_limit
 
-# with a race after it, a screening trial times this many blocks at most (unless --min-blocks asks more):
-# it only has to find who races, and the race decides between them side by side
+# with a race after it, a screening trial times this many blocks at most (unless --min-blocks asks more),
+# after this share of the scan's warm-up (its start-up backlog is drained whatever that is, as a raced
+# loader's is): it only has to find who races, and the race decides between them side by side
 SCREEN_BLOCKS = 6
+SCREEN_WARMUP_SHARE = 0.5
 NO_REFERENCE = "no reference for check"  # how the notes that say why none was recorded begin
 NO_PROFILE_WITH_RANKS = ("no stage profile or bound with several ranks: the profile models one loader, and ranks share "
                          "the node's cores in ways it does not (the table's slowest rank is the figure)")
@@ -239,14 +241,15 @@ def run_quietly(run: Run, config: TrialConfig, round_: int) -> Trial:
 
 
 def screening(request: TrialRequest, opts: ScanOptions) -> TrialRequest:
-    """A trial of the search: at most ``SCREEN_BLOCKS`` blocks where the race follows it. Its figure
-    places the config on the curve and chooses who races; a config that races is ranked by the race,
-    and its absolute figure and interval (from its runs alone) carry the between-run spread, which
-    more blocks of one run do not narrow."""
+    """A trial of the search: at most ``SCREEN_BLOCKS`` blocks, after half the warm-up, where the race
+    follows it. Its figure places the config on the curve and chooses who races; a config that races
+    is ranked by the race, and its absolute figure and interval (from its runs alone) carry the
+    between-run spread, which more blocks of one run do not narrow."""
     if not races(opts):
         return request
-    blocks = max(request.timing.min_blocks, min(request.timing.blocks, SCREEN_BLOCKS))
-    return replace(request, timing=replace(request.timing, blocks=blocks))
+    timing = request.timing
+    blocks = max(timing.min_blocks, min(timing.blocks, SCREEN_BLOCKS))
+    return replace(request, timing=replace(timing, blocks=blocks, warmup_s=timing.warmup_s * SCREEN_WARMUP_SHARE))
 
 
 def diagnose(run: Run) -> None:
