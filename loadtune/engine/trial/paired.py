@@ -48,9 +48,9 @@ from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
 MIN_PAIRS = 2  # turns per paired trial at least: one has no spread of its own
 KINDS = {CONFIG: "block", CALIBRATION: "calibration", DEFAULTS: "defaults"}  # the message each loader's blocks go out as
 SETTLE_POLL_S = 0.002  # how often a loader's in-flight work is looked at after its block
-# how long, in blocks, a loader's workers may take to finish their in-flight batches after its block: four
-# workers' eight batches of 64 ms CPU on two cores outlast one block, and a cap of one left them computing
-# through the next loader's block (which read up to 3x slow)
+# how long, in blocks (its own, where longer than the turn's time), a loader's workers may take to finish
+# their in-flight batches after its block: four workers' eight batches of 64 ms CPU on two cores outlast
+# one block, and a cap of one left them computing through the next loader's block (which read up to 3x slow)
 SETTLE_BLOCKS = 4
 
 
