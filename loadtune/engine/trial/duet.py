@@ -112,7 +112,8 @@ class SideEntry:
             run.emit(Kind.READY)
             while (block_s := run.conn.recv().payload) is not None:
                 block = timed_turn(meter, config, block_s, deadline)
-                settle_workers(meter, min(deadline, time.perf_counter() + SETTLE_BLOCKS * max(block_s, block.seconds)))  # before the next side's block
+                cap = SETTLE_BLOCKS * max(block_s, block.seconds)
+                settle_workers(meter, min(deadline, time.perf_counter() + cap))  # before the next side's block
                 run.emit(Kind.BLOCK, block)
 
         # no load reading: the other sides' blocks, timed meanwhile, would read as outside load
