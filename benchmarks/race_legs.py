@@ -27,7 +27,7 @@ import loadtune
 from loadtune.engine.race import run_leg
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.settings import ScanOptions
@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("race_legs.json"))
     args = parser.parse_args()
     opts = ScanOptions()
-    timing = Timing(warmup_s=opts.warmup, block_s=opts.block_time, blocks=6, max_s=opts.timeout * 0.8, min_blocks=3)
+    timing = replace(scan_timing(opts), blocks=6, target_spread=0.0)  # the scan's, 6 blocks, no early stop
     configs = [TrialConfig(BATCH, w, False, pf, True) for w, pf in CONFIGS]
     request = TrialRequest(configs[0], "cpu", timing, LoaderOptions(shuffle=True, seed=1), opts.timeout, "fork")
     package = Path(loadtune.__file__).resolve().parents[1]

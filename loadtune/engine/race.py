@@ -39,7 +39,9 @@ MIN_LEGS = 2
 # from its second leg on, a config whose ratio to the leader is known no better than this races on (two
 # legs that disagree give a t(1) interval: 0.56x (0.35-0.87) decides nothing a reader can use)
 WIDE = 0.10
-WARMUP_SHARE = 0.5  # of the scan's warm-up, per raced loader: its start-up backlog is drained whatever this is
+# of the scan's warm-up, per raced loader and per screening trial the race follows: its start-up backlog is
+# drained whatever this is
+WARMUP_SHARE = 0.5
 
 
 def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[TrialConfig], number: int,

@@ -22,7 +22,7 @@ from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.engine.plan import Plan, prepare, races, resume_from
-from loadtune.engine.race import RaceRun, ending_note, race, run_leg
+from loadtune.engine.race import WARMUP_SHARE, RaceRun, ending_note, race, run_leg
 from loadtune.engine.reference import record_reference
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
@@ -34,10 +34,9 @@ from loadtune.model.settings import ScanOptions
 from loadtune.search.race import entrants, race_memory_limit
 
 # with a race after it, a screening trial times this many blocks at most (unless --min-blocks asks more),
-# after this share of the scan's warm-up (its start-up backlog is drained whatever that is, as a raced
-# loader's is): it only has to find who races, and the race decides between them side by side
+# after a raced loader's share of the warm-up (``race.WARMUP_SHARE``): it only has to find who races, and
+# the race decides between them side by side
 SCREEN_BLOCKS = 6
-SCREEN_WARMUP_SHARE = 0.5
 NO_REFERENCE = "no reference for check"  # how the notes that say why none was recorded begin
 NO_PROFILE_WITH_RANKS = ("no stage profile or bound with several ranks: the profile models one loader, and ranks share "
                          "the node's cores in ways it does not (the table's slowest rank is the figure)")
@@ -249,7 +248,7 @@ def screening(request: TrialRequest, opts: ScanOptions) -> TrialRequest:
         return request
     timing = request.timing
     blocks = max(timing.min_blocks, min(timing.blocks, SCREEN_BLOCKS))
-    return replace(request, timing=replace(timing, blocks=blocks, warmup_s=timing.warmup_s * SCREEN_WARMUP_SHARE))
+    return replace(request, timing=replace(timing, blocks=blocks, warmup_s=timing.warmup_s * WARMUP_SHARE))
 
 
 def diagnose(run: Run) -> None:
