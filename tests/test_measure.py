@@ -184,6 +184,44 @@ def test_a_resumed_loader_is_timed_from_no_head_start():
     assert ready_batches(meter.iterator) <= 1
 
 
+class Cold(torch.utils.data.Dataset):
+    """Records when each sample was made: the first one after ``rest()`` stands for a batch that pays for a rest."""
+
+    def __init__(self):
+        self.made: list[float] = []
+        self.cold_at: float | None = None
+        self.cold = False
+
+    def rest(self):
+        self.cold, self.cold_at = True, None
+
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, i):
+        if self.cold:
+            self.cold, self.cold_at = False, time.perf_counter()
+        self.made.append(time.perf_counter())
+        return torch.tensor([i])
+
+
+def test_a_resumed_loader_without_workers_times_from_its_second_batch():
+    # the first batch after a rest pays for the rest (cold caches, the turn's handshake): untimed, as a
+    # loader with workers takes its first burst untimed
+    data = Cold()
+    config = TrialConfig(batch_size=4, num_workers=0)
+    meter = meter_for(from_objects(data), config)
+    meter.startup()
+    meter.phase(0.0, 3)
+    data.rest()
+    taken = meter.count.position
+    resume(meter, config.num_workers, time.perf_counter() + 30)
+    assert meter.count.position == taken + 1  # one batch taken
+    assert data.cold_at is not None and data.cold_at < meter.mark  # ...before the next block's clock starts
+    block = meter.phase(0.0, 2)
+    assert block.batches == 2 and all(t > data.cold_at for t in data.made[-8:])
+
+
 def test_in_flight_counts_what_workers_still_make():
     # the DataLoader's outstanding count already leaves out the batches it took from the queue out of
     # order (held for their turn): in flight = outstanding - queued, and ready = queued + held
