@@ -164,13 +164,11 @@ def resume(meter: Meter, workers: int, deadline: float) -> None:
 
     Without workers nothing is ahead, but the first batch after a rest pays for the rest itself (caches
     a neighbour's workers filled, the turn's handshake), which a loop that never rests does not: that
-    batch is taken untimed too, as a loader with workers takes its first burst. Timed from the turn's
-    start, a loader without workers raced beside one with two read 2-6% below its rate alone."""
+    batch is taken untimed too (its "burst" is that one batch, and nothing is ready or caught up). Timed
+    from the turn's start, a loader without workers raced beside one with two read 2-6% below its rate
+    alone."""
     meter.mark = time.perf_counter()
     if meter.aligned and meter.iterator is None:  # resting at an epoch boundary: nothing was done ahead
-        return
-    if not workers:
-        meter.phase(0.0, 1, deadline)
         return
     iterator = meter.loader_iterator
     ahead = ready_batches(iterator) if iterator is not None else None
