@@ -269,6 +269,46 @@ def test_a_real_race_tells_two_workers_from_one_on_a_waiting_dataset():
 
 
 @pytest.mark.slow
+def test_a_race_reads_its_loaders_memory_between_blocks_never_during_one(monkeypatch):
+    """Reading a tree's PSS takes tens of ms of CPU: taken inside a short block, it came out of that
+    block alone, and only of a loader that kept every core busy. Sampled as often as the parent looks
+    (every poll), the samples must still all fall between the turns, and some must fall there."""
+    import time
+
+    from loadtune.engine.race import run_leg
+    from loadtune.engine.spec import SpecRef
+    from loadtune.engine.trial import memory
+    from loadtune.engine.trial.harness import TrialProcess
+
+    samples, turns = [], []
+    real_sample, real_receive, real_start = memory.tree_sample, TrialProcess.receive, TrialProcess.start
+
+    def sample(*args, **kw):
+        samples.append(time.monotonic())
+        return real_sample(*args, **kw)
+
+    def receive(self, trial, *args, **kw):
+        before, started = len(trial.blocks), time.monotonic()
+        ending = real_receive(self, trial, *args, **kw)
+        if len(trial.blocks) > before:  # a turn: from the word to time a block until the block came back
+            turns.append((started, time.monotonic()))
+        return ending
+
+    def start(self, on_event):
+        real_start(self, on_event)
+        self.watch.memory.interval_s, self.watch.memory.timed_share = 0.0, 1.0  # sample at every look
+
+    monkeypatch.setattr(memory, "tree_sample", sample)
+    monkeypatch.setattr(TrialProcess, "receive", receive)
+    monkeypatch.setattr(TrialProcess, "start", start)
+    one, two = replace(W1, batch_size=8), replace(W2, batch_size=8)
+    leg = run_leg(SpecRef(str(SPECS / "sleep_dial.py")), quick_request(one), [one, two], 1, seed=1)
+    assert all(t.ok for t in leg) and len(turns) == 2 * len(leg[0].blocks)
+    assert not [s for s in samples if any(a < s < b for a, b in turns)]
+    assert [s for s in samples if turns[0][1] <= s <= turns[-1][0]]  # between the turns
+
+
+@pytest.mark.slow
 def test_a_scan_races_its_contenders_and_states_the_gain_side_by_side(tmp_path):
     """The screening times w0 (PyTorch's defaults), w1 and w2 alone; the race takes w2 and the defaults,
     so the gain over them is a paired ratio: w2 makes about twice what the main process alone does.

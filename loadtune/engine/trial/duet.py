@@ -192,7 +192,13 @@ def take_turns(procs: dict[Hashable, TrialProcess], trials: dict[Hashable, Trial
 
 def tell(proc: TrialProcess, trial: Trial, ending: Ending, block_s: float | None, on_event: OnEvent | None) -> Ending:
     """One word to a side that awaits it: time a block of ``block_s`` and report it, or (None) finish.
-    A side that already ended hears nothing; one whose pipe is gone has died."""
+    A side that already ended hears nothing; one whose pipe is gone has died.
+
+    The parent samples the side's memory after its block, not during it. Reading PSS walks the page
+    tables of every process in the tree; a trial alone spreads that thinly over its blocks, but a
+    side's short block took a sample whole, and only a side that keeps every core busy paid for it: on
+    the CPU-bound archetype a leg read one worker against two at 0.524 (eight legs) where trials alone
+    read 0.51, and 0.514 with the samples between blocks (docs/measuring.md)."""
     if ending is not Ending.PAUSED:
         return ending
     try:
@@ -204,4 +210,6 @@ def tell(proc: TrialProcess, trial: Trial, ending: Ending, block_s: float | None
         if ending is not Ending.TIMEOUT:
             proc.proc.join(10)
         return ending
-    return proc.receive(trial, on_event, until=lambda m: m.kind is Kind.BLOCK)
+    ending = proc.receive(trial, on_event, until=lambda m: m.kind is Kind.BLOCK, watch=False)
+    proc.watch.tick()  # the tree's memory read between blocks, where it delays the next turn and times nothing
+    return ending

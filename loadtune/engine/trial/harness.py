@@ -228,9 +228,11 @@ class TrialProcess:
             on_event(Kind.PROCESS, self.proc.pid)  # the trial's session id too: its whole tree is killed by it
         self.watch = Watch(MemorySampler(self.proc.pid, include_parent=self.ctx.get_start_method() == "forkserver"))
 
-    def receive(self, trial: Trial, on_event: OnEvent | None, until: Callable[[Message], bool] | None = None) -> Ending:
+    def receive(self, trial: Trial, on_event: OnEvent | None, until: Callable[[Message], bool] | None = None,
+                watch: bool = True) -> Ending:
         """Apply the child's messages to ``trial`` as they come, until its last one or the timeout (or,
-        ``until``, the first message it accepts: a child driven turn by turn, ``trial.duet``)."""
+        ``until``, the first message it accepts: a child driven turn by turn, ``trial.duet``). ``watch``
+        False: no memory or GPU sample meanwhile (the caller samples between the child's blocks)."""
         deadline = self.started + self.request.timeout_s
         while (remaining := deadline - time.monotonic()) > 0:
             if self.conn.poll(min(0.05, remaining)):
@@ -246,7 +248,8 @@ class TrialProcess:
                 self.watch.see(message, self.conn)
                 if until is not None and until(message):
                     return Ending.PAUSED
-            self.watch.tick()
+            if watch:
+                self.watch.tick()
         trial.error = timeout_error(self.request.timeout_s)
         return Ending.TIMEOUT
 
