@@ -9,7 +9,7 @@ from conftest import SPECS
 
 from loadtune.engine.trial.measure import (Drained, LoaderOptions, Meter, SampleCounter, SizeTally, Timing, make_consumer, make_loader,
                                            measure, ready_batches)
-from loadtune.engine.trial.paired import in_flight, resume
+from loadtune.engine.trial.paired import back_to_level, in_flight, resume
 from loadtune.model.config import TrialConfig
 from loadtune.engine.spec import from_objects, load_spec
 
@@ -238,6 +238,29 @@ def test_in_flight_counts_what_workers_still_make():
     assert ready_batches(iterator) == 3 + 2
     assert in_flight(iterator) == 7 - 3
     assert in_flight(SimpleNamespace()) == 0  # a torch that keeps them elsewhere: nothing known in flight
+
+
+def test_a_turns_block_ends_with_no_more_batches_waiting_than_at_its_start():
+    # workers restarted together drift apart inside a block: a batch one of them made ahead, left waiting
+    # at the block's end, would be taken untimed before the next block and counted by neither
+    class Queue:
+        size = 0
+
+        def qsize(self):
+            return self.size
+
+    queue = Queue()
+    meter = SimpleNamespace(loader_iterator=SimpleNamespace(_data_queue=queue, _worker_result_queue=queue, _task_info={}))
+    settled = back_to_level(meter)  # the level at the block's start: none waiting
+    time.sleep(0.05)  # the block's time passes; its other ends are met from here
+    queue.size = 1
+    assert not settled()  # a batch made in the block waits: the block goes on
+    queue.size = 0
+    assert settled()
+    queue.size = 1
+    time.sleep(0.06)
+    assert settled()  # not past twice the block's length, whatever waits
+    assert back_to_level(SimpleNamespace(loader_iterator=None))()  # no workers: nothing can wait
 
 
 @pytest.mark.slow

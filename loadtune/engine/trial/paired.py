@@ -144,10 +144,35 @@ def race_orders(count: int, pairs: int, seed: int) -> Iterator[tuple[int, ...]]:
 def timed_turn(meter: Meter, config: TrialConfig, block_s: float, deadline: float) -> Block:
     """One timed block of a loader that rested: ``resume`` it, then time at least ``block_s``, two
     batches per worker (as many as it prefetches, where more: every batch in flight at the block's end
-    was asked for inside it), and whole bursts of one batch per worker."""
+    was asked for inside it), whole bursts of one batch per worker, and until no more batches wait
+    finished than at its start (``back_to_level``)."""
     resume(meter, config.num_workers, deadline)
     per_worker = max(2, config.prefetch_factor or 0)
-    return meter.phase(block_s, max(1, per_worker * config.num_workers), deadline, multiple=max(1, config.num_workers))
+    return meter.phase(block_s, max(1, per_worker * config.num_workers), deadline, settled=back_to_level(meter),
+                       multiple=max(1, config.num_workers))
+
+
+def back_to_level(meter: Meter) -> Callable[[], bool]:
+    """Whether the loader's finished-but-untaken batches are down to their number at the block's start
+    (none, after ``resume``, unless the main process sets the pace); checked once the block's other
+    ends are met, and given up once the block has run as long again.
+
+    A block starts with nothing finished ahead, and its workers, restarted together, drift apart
+    within it: one runs a batch ahead, and that batch, made inside the block, waited in the queue at
+    its end to be taken untimed before the next block. Ended at the first whole burst past its time,
+    two workers' blocks on a CPU-bound dataset read 2-3% below the loader's rate alone (docs/measuring.md,
+    "The search"). Ended where it started, a block counts what its workers made in it."""
+    level = ready_batches(meter.loader_iterator) if meter.loader_iterator is not None else None
+    begun, met = time.perf_counter(), None
+
+    def settled() -> bool:
+        nonlocal met
+        now = time.perf_counter()
+        met = met or now
+        ready = ready_batches(meter.loader_iterator) if meter.loader_iterator is not None else None
+        return level is None or ready is None or ready <= level or now - met > met - begun
+
+    return settled
 
 
 def resume(meter: Meter, workers: int, deadline: float) -> None:
