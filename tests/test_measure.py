@@ -222,17 +222,20 @@ def test_a_resumed_loader_without_workers_times_from_its_second_batch():
     assert block.batches == 2 and all(t > data.cold_at for t in data.made[-8:])
 
 
+class FakeQueue:
+    """A loader's result queue as ``ready_batches`` reads it: only its size."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def qsize(self):
+        return self.size
+
+
 def test_in_flight_counts_what_workers_still_make():
     # the DataLoader's outstanding count already leaves out the batches it took from the queue out of
     # order (held for their turn): in flight = outstanding - queued, and ready = queued + held
-    class Queue:
-        def __init__(self, size):
-            self.size = size
-
-        def qsize(self):
-            return self.size
-
-    queue = Queue(3)
+    queue = FakeQueue(3)
     iterator = SimpleNamespace(_data_queue=queue, _worker_result_queue=queue, _tasks_outstanding=7,
                                _task_info={10: (0,), 11: (1, "held"), 12: (0, "held"), 13: (1,)})
     assert ready_batches(iterator) == 3 + 2
@@ -243,13 +246,7 @@ def test_in_flight_counts_what_workers_still_make():
 def test_a_turns_block_ends_with_no_more_batches_waiting_than_at_its_start():
     # workers restarted together drift apart inside a block: a batch one of them made ahead, left waiting
     # at the block's end, would be taken untimed before the next block and counted by neither
-    class Queue:
-        size = 0
-
-        def qsize(self):
-            return self.size
-
-    queue = Queue()
+    queue = FakeQueue(0)
     meter = SimpleNamespace(loader_iterator=SimpleNamespace(_data_queue=queue, _worker_result_queue=queue, _task_info={}))
     settled = back_to_level(meter)  # the level at the block's start: none waiting
     time.sleep(0.05)  # the block's time passes; its other ends are met from here

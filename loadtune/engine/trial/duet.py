@@ -211,5 +211,6 @@ def tell(proc: TrialProcess, trial: Trial, ending: Ending, block_s: float | None
             proc.proc.join(10)
         return ending
     ending = proc.receive(trial, on_event, until=lambda m: m.kind is Kind.BLOCK, watch=False)
-    proc.watch.tick()  # the tree's memory read between blocks, where it delays the next turn and times nothing
+    if ending is Ending.PAUSED:
+        proc.watch.tick()  # the tree's memory read between blocks, where it delays the next turn and times nothing
     return ending

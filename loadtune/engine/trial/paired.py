@@ -162,15 +162,17 @@ def back_to_level(meter: Meter) -> Callable[[], bool]:
     its end to be taken untimed before the next block. Ended at the first whole burst past its time,
     two workers' blocks on a CPU-bound dataset read 2-3% below the loader's rate alone (docs/measuring.md,
     "The search"). Ended where it started, a block counts what its workers made in it."""
-    level = ready_batches(meter.loader_iterator) if meter.loader_iterator is not None else None
+    level = ready_batches(meter.loader_iterator)  # None without workers (nothing can wait)
+    if level is None:
+        return lambda: True
     begun, met = time.perf_counter(), None
 
     def settled() -> bool:
         nonlocal met
         now = time.perf_counter()
         met = met or now
-        ready = ready_batches(meter.loader_iterator) if meter.loader_iterator is not None else None
-        return level is None or ready is None or ready <= level or now - met > met - begun
+        ready = ready_batches(meter.loader_iterator)
+        return ready is None or ready <= level or now - met > met - begun
 
     return settled
 
