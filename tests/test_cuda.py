@@ -1,6 +1,7 @@
 """The GPU path. Tests marked ``cuda`` need a real CUDA device (skipped without one; on a GPU:
 ``python3 -m pytest -m cuda``); the others check on the CPU what can be checked there."""
 
+import gc
 import json
 import os
 import statistics
@@ -18,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import loadtune
 from loadtune.engine import bandwidth, doctor
+from loadtune.engine.loaders import start
 from loadtune.engine.trial.prefetch import Copy, CUDAPrefetcher, pipelined
 from loadtune.engine.trial.workload import calibrate
 
@@ -47,11 +49,49 @@ def test_prefetcher_moves_nested_batches_intact(pin):
     for batch in CUDAPrefetcher(loader, "cuda"):
         image, ids = batch["x"].image, batch["x"].meta["id"]
         assert isinstance(batch["x"], Sample) and image.is_cuda and ids.is_cuda and batch["y"][0].is_cuda
-        assert batch["y"][1] == ["tag"] * len(ids) and batch["x"].meta["name"][0].startswith("s")
+        assert list(batch["y"][1]) == ["tag"] * len(ids) and batch["x"].meta["name"][0].startswith("s")  # collated: a tuple
         for row, i in zip(image.cpu(), ids.cpu().tolist()):
             assert torch.equal(row, expected(i)["x"].image)
         seen += len(ids)
     assert seen == 48
+
+
+class Bomb:
+    """Cyclic garbage that aborts a forked child collecting it, as CUDA tensors and pinned buffers do
+    (their allocators call CUDA, which a forked child cannot use)."""
+
+    def __init__(self):
+        self.me, self.parent = self, os.getpid()
+
+    def __del__(self):
+        if os.getpid() != self.parent:
+            os.abort()
+
+
+class Collecting(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        gc.collect()  # what a worker's collector does on its own, sooner or later
+        return i
+
+
+@pytest.mark.slow
+def test_workers_forked_beside_a_live_cuda_context_never_collect_the_parents_garbage(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    loader = DataLoader(Collecting(), batch_size=2, num_workers=2, persistent_workers=True)
+    gc.disable()  # the parent must not collect the bomb before its workers fork
+    try:
+        Bomb()
+        with pytest.raises(RuntimeError, match="Abort|exited unexpectedly"):  # the hazard, without start()
+            list(iter(loader))
+        Bomb()
+        assert [b.tolist() for b in start(DataLoader(Collecting(), batch_size=2, num_workers=2))] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+        assert gc.get_freeze_count() == 0  # the parent collects everything again
+    finally:
+        gc.enable()
+        gc.collect()
 
 
 @pytest.mark.cuda

@@ -126,12 +126,13 @@ class Tiny(Dataset):
 
 
 def test_current_is_always_planned_and_sets_the_default_batch_size():
-    plan = prepare(Tiny(), workers=[0, 1], current="num_workers=3,persistent_workers=True,batch_size=16", search="grid")
+    plan = prepare(Tiny(), workers=[0, 1], current="num_workers=3,persistent_workers=True,batch_size=16", search="grid",
+                   device="cpu")  # on a GPU machine the current config would copy its batches (tx=sync)
     mine = TrialConfig(16, 3, False, 2, True)
     assert plan.result.settings.current == mine.key and mine.key in plan.result.settings.references
     assert mine in plan.strategy.configs and {c.batch_size for c in plan.strategy.configs} == {16}
     assert plan.options.current == {"num_workers": 3, "persistent_workers": True, "batch_size": 16}
-    inside = prepare(Tiny(), workers=[0, 1], current={"num_workers": 1})  # already in the grid: not a reference
+    inside = prepare(Tiny(), workers=[0, 1], current={"num_workers": 1}, device="cpu")  # already in the grid: not a reference
     assert inside.result.settings.current == TrialConfig(64, 1, prefetch_factor=2).key
     assert inside.result.settings.current not in inside.result.settings.references
 

@@ -10,10 +10,12 @@ check that the loader it returns carries them, and the rebuild. It knows nothing
 
 from __future__ import annotations
 
+import gc
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 # What loadtune varies: never taken from the user's arguments (narrow the search, or give --current)
@@ -26,6 +28,22 @@ WORKERS_ONLY = ("multiprocessing_context", "timeout")  # PyTorch refuses these w
 
 class LoaderError(ValueError):
     """The user's loader description cannot work as given: one sentence naming what and why."""
+
+
+def start(loader: Iterable[Any]) -> Iterator[Any]:
+    """``iter(loader)``, with the garbage collector frozen while it forks workers from a process whose
+    CUDA context is live. A forked worker that collects garbage it inherited frees the CUDA tensors
+    and pinned buffers in it; their allocators then call CUDA, which a forked child cannot use, and
+    the worker aborts (SIGABRT, "CUDA error: initialization error"). A frozen object is never
+    collected in the children (Python's advice for fork without exec); freezing costs no time, and
+    the parent's collector takes them back as soon as the workers are forked."""
+    if not torch.cuda.is_initialized() or gc.get_freeze_count():
+        return iter(loader)
+    gc.freeze()
+    try:
+        return iter(loader)
+    finally:
+        gc.unfreeze()
 
 
 def is_factory(obj: Any) -> bool:

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from loadtune.engine.loaders import start
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.cpu import process_cpu_s, runqueue_s, worker_pids
 from loadtune.engine.trial.harness import run_trial
@@ -322,7 +323,7 @@ class Profiler:
         kwargs = {"multiprocessing_context": self.config.start_method} if self.config.start_method else {}
         loader = DataLoader(Replay(self.samples), batch_size=len(self.samples), num_workers=1, prefetch_factor=2,
                             collate_fn=self.collate, **kwargs)
-        receiver = Receiver(iter(loader), consume, sync, self.rec)
+        receiver = Receiver(start(loader), consume, sync, self.rec)
         try:
             receiver.start()
             repeat(receiver, self.st.phase_s, self.deadline)

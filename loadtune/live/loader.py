@@ -26,6 +26,7 @@ from typing import Any
 from torch.utils.data import IterableDataset, RandomSampler
 
 from loadtune.engine.distributed.layout import cores_per_rank
+from loadtune.engine.loaders import start
 from loadtune.engine.trial.measure import ready_batches
 from loadtune.engine.trial.paired import in_flight
 from loadtune.engine.trial.transfer import batch_size_of
@@ -61,7 +62,7 @@ def no_worker_warning() -> Iterator[None]:
 
 def quiet_iter(loader: Any) -> Iterator[Any]:
     with no_worker_warning():
-        return iter(loader)
+        return start(loader)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from loadtune.engine.loaders import LoaderError
+from loadtune.engine.loaders import LoaderError, start
 from loadtune.engine.spec import LoadedSpec
 from loadtune.engine.trial import gpu
 from loadtune.engine.trial.cpu import tree_cpu_s
@@ -298,7 +298,7 @@ class Meter:
     def _next(self) -> Any:
         if self.iterator is None:
             self.epoch_started = time.perf_counter()
-            self.iterator = iter(self.loader)
+            self.iterator = start(self.loader)
             self.count.new_epoch()
         return next(self.iterator)
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from loadtune.engine.loaders import start
 from loadtune.engine.trial.transfer import move_to, nbytes_of, tensors_of
 
 
@@ -62,7 +63,7 @@ class CUDAPrefetcher:
 
     def _prefetch(self) -> Iterator[Any]:
         side = torch.cuda.Stream(self.device)
-        source = self.loader_iterator = iter(self.loader)
+        source = self.loader_iterator = start(self.loader)
         for copy in pipelined(source, lambda batch: self._move(batch, side), lambda copy: self._ready(copy, side)):
             self.bytes_moved += copy.nbytes
             yield copy.batch

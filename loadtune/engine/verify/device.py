@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from loadtune.analysis import verify as decide
 from loadtune.engine import doctor
 from loadtune.engine.bandwidth import MiB, pinned_peak
+from loadtune.engine.loaders import start
 from loadtune.engine.spec import from_objects
 from loadtune.engine.trial.measure import LoaderOptions, Meter, Timing, build_meter
 from loadtune.engine.trial.prefetch import CUDAPrefetcher
@@ -188,7 +189,7 @@ def non_blocking_values(bench: Bench) -> Check:
 def loader_values(bench: Bench, mib: float, count: int, step: Callable[[Any], Any] | None) -> int:
     """Corrupted batches of ``count`` through DataLoader(pin_memory=True, num_workers=2) and a non_blocking move."""
     loader = DataLoader(Filled(int(mib * MiB) // 4, count), batch_size=None, num_workers=2, pin_memory=True)
-    return decide.corrupted(observe((move_to(b, bench.device, non_blocking=True) for b in loader), step))
+    return decide.corrupted(observe((move_to(b, bench.device, non_blocking=True) for b in start(loader)), step))
 
 
 def trial_meter(bench: Bench, dataset: Dataset, config: TrialConfig) -> Meter:
