@@ -28,7 +28,7 @@ step 20 machine bash -c 'nvidia-smi; nproc; python3 -c "import sys, torch; print
 step 60 doctor python3 -m loadtune doctor
 step 90 verify python3 -m loadtune doctor --verify --json "$O/verify.json"
 step 150 "tests marked cuda" python3 -m pytest -m cuda -q -p no:cacheprovider -rs --ignore tests/test_layers.py tests
-step 60 "quick tests with a GPU present" python3 -m pytest -m "not slow" -q -p no:cacheprovider --ignore tests/test_layers.py tests
+step 240 "quick tests with a GPU present" python3 -m pytest -m "not slow" -q -p no:cacheprovider --ignore tests/test_layers.py tests
 step 40 gpu_copy python3 benchmarks/gpu_copy.py --out "$O/gpu_copy.json"
 step 40 gpu_overlap python3 benchmarks/gpu_overlap.py --out "$O/gpu_overlap.json"
 step 90 gpu_fork python3 benchmarks/gpu_fork.py --repeats 1 --epochs 10 --out "$O/gpu_fork.json"

@@ -81,6 +81,7 @@ class Collecting(Dataset):
 def test_workers_forked_beside_a_live_cuda_context_never_collect_the_parents_garbage(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     loader = DataLoader(Collecting(), batch_size=2, num_workers=2, persistent_workers=True)
+    frozen = gc.get_freeze_count()  # not 0 on every Python (3.12 starts with some)
     gc.disable()  # the parent must not collect the bomb before its workers fork
     try:
         Bomb()
@@ -88,7 +89,7 @@ def test_workers_forked_beside_a_live_cuda_context_never_collect_the_parents_gar
             list(iter(loader))
         Bomb()
         assert [b.tolist() for b in start(DataLoader(Collecting(), batch_size=2, num_workers=2))] == [[0, 1], [2, 3], [4, 5], [6, 7]]
-        assert gc.get_freeze_count() == 0  # the parent collects everything again
+        assert gc.get_freeze_count() == frozen  # this process's collector as it was
     finally:
         gc.enable()
         gc.collect()

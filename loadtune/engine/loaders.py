@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -30,20 +31,33 @@ class LoaderError(ValueError):
     """The user's loader description cannot work as given: one sentence naming what and why."""
 
 
+_forking_beside_cuda = False  # set by start() while its loader forks workers
+
+
+def _freeze_inherited() -> None:
+    """In a child forked by start(): everything inherited, garbage included, out of the collector's reach."""
+    if _forking_beside_cuda:
+        gc.freeze()
+
+
+os.register_at_fork(after_in_child=_freeze_inherited)
+
+
 def start(loader: Iterable[Any]) -> Iterator[Any]:
-    """``iter(loader)``, with the garbage collector frozen while it forks workers from a process whose
-    CUDA context is live. A forked worker that collects garbage it inherited frees the CUDA tensors
-    and pinned buffers in it; their allocators then call CUDA, which a forked child cannot use, and
-    the worker aborts (SIGABRT, "CUDA error: initialization error"). A frozen object is never
-    collected in the children (Python's advice for fork without exec); freezing costs no time, and
-    the parent's collector takes them back as soon as the workers are forked."""
-    if not torch.cuda.is_initialized() or gc.get_freeze_count():
+    """``iter(loader)``; when this process's CUDA context is live, each worker it forks freezes what it
+    inherited the moment it starts. A forked worker that collects garbage it inherited frees the
+    CUDA tensors and pinned buffers in it; their allocators then call CUDA, which a forked child
+    cannot use, and the worker aborts (SIGABRT, "CUDA error: initialization error"). Frozen objects
+    are never collected (Python's advice for fork without exec); freezing relinks lists, copies no
+    page, and leaves this process's own collector as it was."""
+    global _forking_beside_cuda
+    if not torch.cuda.is_initialized():
         return iter(loader)
-    gc.freeze()
+    _forking_beside_cuda = True
     try:
         return iter(loader)
     finally:
-        gc.unfreeze()
+        _forking_beside_cuda = False
 
 
 def is_factory(obj: Any) -> bool:
