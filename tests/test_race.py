@@ -170,7 +170,7 @@ def test_the_race_takes_the_screenings_contenders_and_the_defaults_within_memory
     assert len(tight.configs) == 2 and tight.left_out
 
 
-def simulated_run(rates: dict, seed: int, walls: list[float] | None = None) -> tuple[RaceRun, list[Trial], list]:
+def simulated_run(rates: dict, seed: int, budget_s: float | None = None) -> tuple[RaceRun, list[Trial], list]:
     rng = random.Random(seed)
     trials: list[Trial] = []
     legs: list = []
@@ -182,7 +182,17 @@ def simulated_run(rates: dict, seed: int, walls: list[float] | None = None) -> t
             t.wall_s = 1.0
         return leg
 
-    return RaceRun(run_leg, lambda seconds: walls is None or sum(walls) + seconds <= 10, trials.extend), trials, legs
+    def fits(seconds: float) -> bool:
+        return budget_s is None or sum(t.wall_s for t in trials) + seconds <= budget_s
+
+    return RaceRun(run_leg, fits, trials.extend, share_s=1.0), trials, legs
+
+
+def test_a_leg_that_would_overrun_the_budget_is_not_started_the_first_one_included():
+    run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0, W1: 500.0}, seed=0, budget_s=2.5)
+    assert race(trials, [W4, W2, W1], FLOOR, run, max_legs=4) == "budget" and legs == []  # 3 configs x 1 s > 2.5 s
+    run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0, W1: 500.0}, seed=0, budget_s=4.0)
+    assert race(trials, [W4, W2, W1], FLOOR, run, max_legs=4) == "budget" and len(legs) == 1  # the second would not fit
 
 
 def test_the_race_stops_once_decided_but_not_before_every_config_ran_two_legs():

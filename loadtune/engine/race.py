@@ -71,6 +71,7 @@ class RaceRun:
     run_leg: Callable[[list[TrialConfig], int], list[Trial]]  # (configs, leg number) -> their trials
     fits: Callable[[float], bool]  # would a leg of this many seconds still fit the budget
     recorded: Callable[[list[Trial]], None]  # the leg's trials, to keep and save
+    share_s: float = 0.0  # a config's share of a leg until one has run: a screening trial's length
 
 
 def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, race_run: RaceRun, max_legs: int) -> str:
@@ -82,7 +83,7 @@ def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, r
     number = max((t.round for t in done), default=0)
     current = verdict(trials, noise_floor)
     configs = racing(trials, entrants, current, number, max_legs, noise_floor)
-    last_wall = 0.0
+    last_wall = race_run.share_s
     while len(configs) >= 2:
         if number >= max_legs:
             return "legs"

@@ -215,7 +215,11 @@ def race_contenders(run: Run) -> None:
             observer.race_finished(trials, result)
 
     fits = lambda seconds: not opts.budget or time.monotonic() - run.started + seconds + expected_trial_s(result, opts) <= opts.budget
-    how = race(result.trials, chosen.configs, opts.noise_floor, RaceRun(leg, fits, recorded), opts.race_legs)
+    how = race(result.trials, chosen.configs, opts.noise_floor, RaceRun(leg, fits, recorded, expected_trial_s(result, opts)),
+               opts.race_legs)
+    if how == "budget" and not any(t.raced for t in result.trials):
+        result.notes.append(f"no race: its first leg would exceed the {opts.budget:g} s budget; the pick comes from "
+                            "the screening's trials, each timed alone")
     note = ending_note(how, race_verdict(result.trials, opts.noise_floor), opts.race_legs)
     if note and note not in result.notes:
         result.notes.append(note)
