@@ -48,8 +48,9 @@ def start(loader: Iterable[Any]) -> Iterator[Any]:
     inherited the moment it starts. A forked worker that collects garbage it inherited frees the
     CUDA tensors and pinned buffers in it; their allocators then call CUDA, which a forked child
     cannot use, and the worker aborts (SIGABRT, "CUDA error: initialization error"). Frozen objects
-    are never collected (Python's advice for fork without exec); freezing relinks lists, copies no
-    page, and leaves this process's own collector as it was."""
+    are never collected (the freeze Python's gc docs advise for a fork without exec, done in the
+    child); it relinks the collector's lists without touching the objects, and leaves this process's
+    own collector as it was."""
     global _forking_beside_cuda
     if not torch.cuda.is_initialized():
         return iter(loader)
