@@ -95,6 +95,23 @@ def test_workers_forked_beside_a_live_cuda_context_never_collect_the_parents_gar
         gc.collect()
 
 
+class CollectorState(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return int(gc.isenabled())
+
+
+@pytest.mark.slow
+def test_workers_forked_beside_a_live_cuda_context_collect_their_own_garbage(monkeypatch):
+    """The collector is paused only while the workers fork: on again in each worker and here."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert gc.isenabled()
+    assert [b.tolist() for b in start(DataLoader(CollectorState(), batch_size=2, num_workers=2))] == [[1, 1], [1, 1]]
+    assert gc.isenabled()
+
+
 @pytest.mark.cuda
 def test_prefetcher_records_the_compute_stream_on_every_moved_tensor(monkeypatch):
     recorded = []

@@ -32,12 +32,16 @@ class LoaderError(ValueError):
 
 
 _forking_beside_cuda = False  # set by start() while its loader forks workers
+_collector_was_enabled = True  # and the collector's state before start() paused it
 
 
 def _freeze_inherited() -> None:
-    """In a child forked by start(): everything inherited, garbage included, out of the collector's reach."""
+    """In a child forked by start(): everything inherited, garbage included, out of the collector's
+    reach, and then the collector as the parent had it."""
     if _forking_beside_cuda:
         gc.freeze()
+        if _collector_was_enabled:
+            gc.enable()
 
 
 os.register_at_fork(after_in_child=_freeze_inherited)
@@ -51,14 +55,17 @@ def start(loader: Iterable[Any]) -> Iterator[Any]:
     are never collected (the freeze Python's gc docs advise for a fork without exec, done in the
     child); it relinks the collector's lists without touching the objects, and leaves this process's
     own collector as it was."""
-    global _forking_beside_cuda
+    global _forking_beside_cuda, _collector_was_enabled
     if not torch.cuda.is_initialized():
         return iter(loader)
-    _forking_beside_cuda = True
+    _forking_beside_cuda, _collector_was_enabled = True, gc.isenabled()
+    gc.disable()  # no collection in a child before its at-fork hook ran (the hooks before it allocate)
     try:
         return iter(loader)
     finally:
         _forking_beside_cuda = False
+        if _collector_was_enabled:
+            gc.enable()
 
 
 def is_factory(obj: Any) -> bool:
