@@ -12,7 +12,11 @@ reason there):
   persistent   ``persistent_workers=True``: workers forked once, at the first epoch;
   forkserver   ``multiprocessing_context="forkserver"``;
   nopin        ``pin_memory=False``, blocking copies;
-  cpu          no CUDA at all (control).
+  cpu          no CUDA at all (control);
+  garbage      the plain loop leaving, each epoch, a reference cycle that holds its last batch on the
+               GPU and in pinned memory: the garbage a forked worker may collect (expected to abort);
+  start        the same garbage, each epoch's workers started by ``loadtune.engine.loaders.start``
+               (expected to survive: its workers freeze what they inherit).
 
     PYTHONPATH=. python3 benchmarks/gpu_fork.py --out benchmarks/gpu_fork.json
 """
@@ -25,7 +29,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-VARIANTS = ("plain", "gc", "forkserver", "persistent", "nopin", "cpu")
+VARIANTS = ("plain", "gc", "forkserver", "persistent", "nopin", "cpu", "garbage", "start")
+
+
+class Cycle:
+    """A reference cycle holding tensors: freed only by the garbage collector."""
+
+    def __init__(self, *tensors):
+        self.me, self.tensors = self, tensors
 
 
 def loop(variant: str, epochs: int, workers: int) -> None:
@@ -44,14 +55,18 @@ def loop(variant: str, epochs: int, workers: int) -> None:
     loader = DataLoader(images.SyntheticImageFolder(n=32 * 6), batch_size=32, shuffle=True, num_workers=workers,
                         pin_memory=variant not in ("nopin", "cpu"), persistent_workers=variant == "persistent",
                         multiprocessing_context="forkserver" if variant == "forkserver" else None)
+    from loadtune.engine.loaders import start
+
     for _ in range(epochs):
         if variant == "gc":
             gc.collect()
-        for batch, _ in loader:
+        for batch, _ in (start(loader) if variant == "start" else loader):
             moved = batch.to(device, non_blocking=cuda)
             moved.sum()
         if cuda:
             torch.cuda.synchronize()
+        if variant in ("garbage", "start"):
+            Cycle(batch, moved)
     print(f"{variant}: {epochs} epochs done", flush=True)
 
 
