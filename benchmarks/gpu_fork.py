@@ -1,6 +1,6 @@
 """Do forked DataLoader workers survive a live CUDA context, epoch after epoch?
 
-A plain training-style loop, no loadtune in it: examples/images.py's dataset, 8 workers started with
+A plain training-style loop (loadtune only in the ``start`` variant): examples/images.py's dataset, 8 workers started with
 ``fork`` (Linux's default), ``pin_memory=True``, batches moved with ``.to("cuda", non_blocking=True)``,
 several short epochs. Without ``persistent_workers`` the workers are forked again at every epoch
 boundary, from a process whose CUDA context is live. Each variant runs in its own process and
@@ -55,12 +55,14 @@ def loop(variant: str, epochs: int, workers: int) -> None:
     loader = DataLoader(images.SyntheticImageFolder(n=32 * 6), batch_size=32, shuffle=True, num_workers=workers,
                         pin_memory=variant not in ("nopin", "cpu"), persistent_workers=variant == "persistent",
                         multiprocessing_context="forkserver" if variant == "forkserver" else None)
-    from loadtune.engine.loaders import start
+    begin = iter
+    if variant == "start":
+        from loadtune.engine.loaders import start as begin
 
     for _ in range(epochs):
         if variant == "gc":
             gc.collect()
-        for batch, _ in (start(loader) if variant == "start" else loader):
+        for batch, _ in begin(loader):
             moved = batch.to(device, non_blocking=cuda)
             moved.sum()
         if cuda:

@@ -1,6 +1,7 @@
 """The GPU path. Tests marked ``cuda`` need a real CUDA device (skipped without one; on a GPU:
 ``python3 -m pytest -m cuda``); the others check on the CPU what can be checked there."""
 
+import faulthandler
 import gc
 import json
 import os
@@ -65,6 +66,7 @@ class Bomb:
 
     def __del__(self):
         if os.getpid() != self.parent:
+            faulthandler.disable()  # no stack dump in the test's output: the abort is the point
             os.abort()
 
 
