@@ -5,7 +5,8 @@ arguments (``loader_kwargs``: a sampler, a ``worker_init_fn``...), a factory ``l
 (a ``StatefulDataLoader``, a pre-batched ``WebLoader``, a subclass), or a finished ``DataLoader``
 (a ``LightningDataModule``'s ``train_dataloader()``) that is rebuilt per config, keeping its
 dataset, sampler and collate. This module holds what those share: the knobs a factory gets, the
-check that the loader it returns carries them, and the rebuild. It knows nothing of spec files.
+check that the loader it returns carries them, and the rebuild; and how any loader's iterator is
+started (``start``: workers forked beside a live CUDA context). It knows nothing of spec files.
 """
 
 from __future__ import annotations
