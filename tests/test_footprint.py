@@ -7,7 +7,9 @@ import json
 import pytest
 from conftest import QUICK, SPECS, run_cli
 
-from loadtune.analysis.footprint import copy_on_write, growth, over_limit, parse_size, pinned_estimate
+from loadtune.analysis.footprint import (copy_on_write, fresh_pages, fresh_share, growth, over_limit, parse_size,
+                                        pinned_estimate)
+from loadtune.model.batch import BatchInfo
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.recommend import recommend
 from loadtune.model.results import Block, MemoryUsage, Trial, by_config
@@ -114,3 +116,30 @@ def test_scan_shows_the_diagnosis_and_the_memory_limit_excludes(tmp_path):
     data = json.loads(limited.read_text())
     assert data["recommendation"] is None and data["stages"] is None
     assert data["settings"]["options"]["max_memory"] == limit
+
+
+def faulting(workers: int, fresh_per_batch: float, batch_bytes: int = 19 * MiB) -> Trial:
+    """A trial whose main process faulted ``fresh_per_batch`` of each batch's bytes in anew."""
+    config = TrialConfig(32, workers, False, 2 if workers else None, False, "none")
+    block = Block(320, 10, 0.1, faulted_bytes=int(10 * fresh_per_batch * batch_bytes))
+    return Trial(config=config, status="ok", blocks=[block] * 3, batch=BatchInfo(batch_bytes))
+
+
+def test_fresh_pages_names_a_loader_without_workers_that_faults_in_its_batches():
+    assert fresh_share(by_config([faulting(0, 0.22)])[0]) == pytest.approx(0.22)
+    note = fresh_pages(by_config([faulting(0, 0.22), faulting(2, 1.0)]))
+    assert note.startswith("w0 bs32: its main process took 4 MiB of fresh pages from the kernel per batch (22% of the batch's 19 MiB)")
+    # a power of two at least twice the 19 MiB batch, and the trim threshold above it: both, never one
+    assert "MALLOC_MMAP_THRESHOLD_=67108864 MALLOC_TRIM_THRESHOLD_=268435456" in note
+    # the loop's own allocations (about 1% of a batch) are no sign; with workers, batches arrive in
+    # shared memory that the main process maps anew by design
+    assert fresh_pages(by_config([faulting(0, 0.01), faulting(2, 1.0)])) is None
+    assert fresh_share(by_config([faulting(2, 1.0)])[0]) is None
+
+
+def test_fresh_pages_needs_the_faults_and_the_batch_bytes():
+    unknown = Trial(config=TrialConfig(32, 0), status="ok", blocks=[Block(320, 10, 0.1)] * 3, batch=BatchInfo(MiB))
+    assert fresh_share(by_config([unknown])[0]) is None
+    no_batch = faulting(0, 0.5)
+    no_batch.batch = None
+    assert fresh_pages(by_config([no_batch])) is None

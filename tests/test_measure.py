@@ -299,3 +299,37 @@ def test_batch_sizes_vary_only_beyond_each_epochs_short_last_batch():
     assert tally([16, 48, 31], [48, 16, 31]).varying  # a token budget: sizes vary inside an epoch
     assert tally([8, 8, 12]).varying  # a last batch larger than the others is no short last batch
     assert SizeTally().result() is None
+
+
+FRESH = 4 * 2**20  # bytes each batch of ``fresh_batches`` takes fresh from the kernel
+
+
+def fresh_batches(batch):
+    """A collate that maps FRESH bytes anew, writes every page (each write faults one in), and unmaps
+    them: what a main process does whose allocator hands every freed batch back to the kernel."""
+    import mmap
+
+    region = mmap.mmap(-1, FRESH)
+    for offset in range(0, FRESH, mmap.PAGESIZE):
+        region[offset] = 1
+    region.close()
+    return torch.stack(batch)
+
+
+def test_a_block_counts_the_pages_its_main_process_faulted_in():
+    """Without workers the batches are collated in the main process: a collate that maps its memory
+    anew shows in every block as at least that many bytes faulted in; one that reuses memory shows far
+    less (its loop's own small allocations)."""
+    data = [torch.zeros(4) for _ in range(64)]
+    config = TrialConfig(batch_size=8, num_workers=0)
+    per_batch = {}
+    for name, collate in (("fresh", fresh_batches), ("reused", torch.stack)):
+        spec = from_objects(data, collate_fn=collate)
+        meter = meter_for(spec, config)
+        meter.startup()
+        meter.phase(0.05)
+        block = meter.phase(0.1)
+        assert block.faulted_bytes is not None and block.batches > 0
+        per_batch[name] = block.faulted_bytes / block.batches
+    assert per_batch["fresh"] >= FRESH
+    assert per_batch["reused"] < FRESH / 4

@@ -4,12 +4,14 @@
 sharers). Here: the growth during a trial, measured from the sample taken when the workers were up;
 copy-on-write growth, which workers cause when they touch Python objects the dataset holds (every
 read writes a reference count, so the page holding the object gets copied into that worker); the
-/dev/shm segments of batches in flight; an estimate of pinned memory; and the ``--max-memory`` limit.
+/dev/shm segments of batches in flight; an estimate of pinned memory; the ``--max-memory`` limit; and
+a main process that takes each batch's memory fresh from the kernel (``fresh_pages``).
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass
 
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
@@ -23,6 +25,10 @@ GROWTH_NOISE = 16 * MiB  # growth below this is the sampling's and the allocator
 # 2-core machine for a dataset held in one tensor. Below twice that, growth says nothing about the data.
 COW_PER_WORKER = 40 * MiB
 UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+# Of each batch's bytes, the share a main process that collates its own batches takes fresh from the
+# kernel, above which its allocator hands freed batches back: about 1% in a process that reuses them
+# (the loop's own small allocations), 20-100% in one that does not (benchmarks/RESULTS.md, "Fresh pages")
+FRESH_SHARE = 0.10
 
 
 def parse_size(text: str | int | float) -> int:
@@ -45,6 +51,8 @@ def size_text(n: int | float) -> str:
     """``1.3 GiB``, ``412 MiB``: for sentences (the table has its own compact form)."""
     if n >= 2**30:
         return f"{n / 2**30:.1f} GiB"
+    if n < MiB:
+        return f"{n / 2**10:.0f} KiB"
     return f"{n / MiB:.0f} MiB"
 
 
@@ -112,6 +120,43 @@ def copy_on_write(configs: list[ConfigResult]) -> str | None:
         "Over a long epoch every worker ends up with its own copy. Hold the data in numpy arrays or torch "
         "tensors (one object each, whose pages stay shared), or in shared arrays, rather than in lists or "
         "dicts of Python objects"
+    )
+
+
+def fresh_share(config: ConfigResult) -> float | None:
+    """The share of a batch's bytes that the main process took fresh from the kernel per batch (the
+    median over its blocks), for a config without workers: it collates its batches itself. None with
+    workers (their batches arrive in shared memory, mapped anew by design) or where page faults or the
+    batch's bytes were not recorded."""
+    batch = config.batch
+    if config.config.num_workers or batch is None or batch.nbytes <= 0:
+        return None
+    shares = [b.faulted_bytes / b.batches / batch.nbytes for t in config.trials if t.ok for b in t.blocks
+              if b.faulted_bytes is not None and b.batches]
+    return statistics.median(shares) if shares else None
+
+
+def fresh_pages(configs: list[ConfigResult]) -> str | None:
+    """A note when a config without workers faulted in a large share of every batch anew: its speed
+    then rests on the C allocator's state and on what a page fault costs (on a virtual machine, what
+    the host does with the guest's memory), not on the loader; and how to keep batches in the heap."""
+    hits = sorted(((s, c) for c in configs if c.ok and (s := fresh_share(c)) is not None and s >= FRESH_SHARE),
+                  key=lambda h: -h[0])
+    if not hits:
+        return None
+    share, worst = hits[0]
+    nbytes = worst.batch.nbytes
+    threshold = 1 << (2 * nbytes - 1).bit_length()  # a power of two, at least twice the batch
+    others = f" (also {', '.join(c.config.label() for _, c in hits[1:])})" if len(hits) > 1 else ""
+    return (
+        f"{worst.config.label()}{others}: its main process took {size_text(share * nbytes)} of fresh pages from the "
+        f"kernel per batch ({share:.0%} of the batch's {size_text(nbytes)}). Its allocator gave freed memory back "
+        "and faulted it in anew for the next batch (glibc maps an allocation over 32 MiB afresh every time, and trims its "
+        "heap after smaller ones depending on the process's history), so this config's speed rests on the "
+        "allocator's state and on what a page fault costs, which on a virtual machine changes with the host. "
+        f"With glibc, MALLOC_MMAP_THRESHOLD_={threshold} MALLOC_TRIM_THRESHOLD_={4 * threshold} in the training "
+        "job's environment keep batches in the heap (set both: setting either fixes the other at its small "
+        "default, which makes every batch fresh); or preload jemalloc or tcmalloc"
     )
 
 

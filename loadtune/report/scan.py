@@ -219,9 +219,9 @@ def notes(result: ScanResult) -> list[Text]:
     if result.stages is not None:
         out += [Text(f"• stage profile: {note}", style="cyan") for note in result.stages.notes]
     out += [Text(f"• {note}", style="cyan") for note in step_notes(result) + copy_notes(result) + gpu_notes(result)]
-    cow = footprint.copy_on_write(configs)
-    if cow:
-        out.append(Text(f"• {cow}.", style="yellow"))
+    for memory_note in (footprint.copy_on_write(configs), footprint.fresh_pages(configs)):
+        if memory_note:
+            out.append(Text(f"• {memory_note}.", style="yellow"))
     out += [Text(f"• {s.what} skipped: {s.why}", style="yellow") for s in result.skipped]
     return out
 

@@ -23,6 +23,13 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+try:
+    import resource
+
+    PAGE_BYTES = resource.getpagesize()
+except ImportError:  # Windows: no page-fault counts
+    resource = None
+
 from loadtune.engine.loaders import LoaderError, start
 from loadtune.engine.spec import LoadedSpec
 from loadtune.engine.trial import gpu
@@ -338,7 +345,7 @@ class Meter:
         such blocks overstated a restarting loader's rate (by up to 40% on
         benchmarks/archetypes/tiny_dataset.py). A phase still lasts ``min_s`` at least."""
         clock = time.perf_counter
-        start = self.mark
+        start, faulted = self.mark, faulted_bytes()
         whole = self.epochs_for(min_s) if self.aligned else 0  # epochs this phase spans
         samples = batches = epochs = 0
         waited = asked = 0.0  # host time inside next(): what a CPU consumer waits for data
@@ -370,7 +377,7 @@ class Meter:
             if now > deadline or (not self.aligned and batches >= min_batches and now - start >= min_s
                                   and batches % multiple == 0 and settled()):
                 break
-        return self._end_block(start, samples, batches, epochs, waited)
+        return self._end_block(start, samples, batches, epochs, waited, faulted)
 
     def _begin_block(self) -> tuple[Callable | None, bool]:
         """What the hot loop calls per batch (None when there is nothing to do with a batch: it is
@@ -397,14 +404,27 @@ class Meter:
             self.restarts and self.startup_s >= RESTART_SHARE * epoch_s)
         return now
 
-    def _end_block(self, start: float, samples: int, batches: int, epochs: int, waited: float) -> Block:
+    def _end_block(self, start: float, samples: int, batches: int, epochs: int, waited: float,
+                   faulted: int | None) -> Block:
         """Synchronise the device once; the block ends there, where the next one begins."""
         self.sync()
         self.mark = time.perf_counter()
         wait_s = h2d_bytes = None
         if self.stats is not None:
             wait_s, h2d_bytes = self.stats.end_block(waited)
-        return Block(samples, batches, self.mark - start, epochs, wait_s, h2d_bytes)
+        end = faulted_bytes()
+        faulted = end - faulted if end is not None and faulted is not None else None
+        return Block(samples, batches, self.mark - start, epochs, wait_s, h2d_bytes, faulted)
+
+
+def faulted_bytes() -> int | None:
+    """Bytes of pages this process (every thread) has taken fresh from the kernel so far: its minor
+    page faults times the page size. A main process whose allocator hands each freed batch back to the
+    kernel faults the next one in anew (``analysis.footprint.fresh_pages``); None where the platform
+    does not count faults."""
+    if resource is None:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt * PAGE_BYTES
 
 
 def queued_batches(iterator: Any) -> int | None:
