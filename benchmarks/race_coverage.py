@@ -17,7 +17,9 @@ defaults otherwise: a screening, PyTorch's defaults, the race) alternate with th
 each long run of ``a`` and of ``b`` is scored against the absolute 95% interval every scan prints for
 that config (the table's ``±``, ``analysis.noise.long_run``): the label says it holds what a long run
 later gives. The scans' trials are kept in the output, to score another estimator on the same runs
-(``--rescore``).
+(``--rescore``). Each long run also records the page faults its main process took per batch, and the
+score is given apart for configs whose scan noted fresh pages (their figure rests on the allocator's
+state: benchmarks/RESULTS.md, "Fresh pages").
 
     python benchmarks/race_coverage.py --races 3 --long-rounds 6 --out benchmarks/race_coverage.json
     python benchmarks/race_coverage.py --races 0 --scans 3 --long-rounds 4 --out benchmarks/scan_coverage.json
@@ -37,6 +39,7 @@ import sys
 import time
 from pathlib import Path
 
+from loadtune.analysis.footprint import FRESH_SHARE, fresh_share
 from loadtune.analysis.noise import long_run, run_noise
 from loadtune.analysis.race import legs, pair_logs, race_ratio, verdict
 from loadtune.engine.race import RaceRun, race, run_leg
@@ -75,7 +78,7 @@ PAIRS = {  # name: (spec, batch size, worker counts a, b, persistent_workers): n
 DEFAULT_PAIRS = [name for name in PAIRS if name != "images_persistent"]
 
 PLAIN_LOOP = """
-import sys, time, importlib.util, torch
+import sys, time, importlib.util, resource, torch
 from torch.utils.data import DataLoader, IterableDataset
 spec = importlib.util.spec_from_file_location("archetype", sys.argv[1]); mod = importlib.util.module_from_spec(spec)
 sys.modules["archetype"] = mod; spec.loader.exec_module(mod)
@@ -83,26 +86,30 @@ ds = mod.dataset(); batch, workers, warm, timed = int(sys.argv[2]), int(sys.argv
 kw = dict(prefetch_factor=2, persistent_workers=sys.argv[6] == "1") if workers else {}
 loader = DataLoader(ds, batch_size=batch, shuffle=not isinstance(ds, IterableDataset), num_workers=workers, **kw)
 step = getattr(mod, "step", None) or (lambda batch: None)  # the spec's consumer, as a trial runs it
-clock = time.perf_counter; start = None; samples = 0; warm_until = clock() + warm
+faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt  # the main process's: see "Fresh pages"
+clock = time.perf_counter; start = None; samples = batches = 0; warm_until = clock() + warm
 while True:
     for b in loader:
         step(b)
         now = clock()
         if start is None:
             if now >= warm_until:
-                start = now
+                start, faulted = now, faults()
             continue
         samples += len(b[0]) if isinstance(b, (list, tuple)) else len(b)
+        batches += 1
         if now - start >= timed:
-            print(samples / (now - start)); sys.exit(0)
+            print(samples / (now - start), (faults() - faulted) / batches); sys.exit(0)
 """
 
 
-def plain_rate(spec: str, batch: int, workers: int, warm_s: float, timed_s: float, persistent: bool) -> float:
+def plain_rate(spec: str, batch: int, workers: int, warm_s: float, timed_s: float, persistent: bool) -> tuple[float, float]:
+    """A long run's samples/s, and the page faults its main process took per batch."""
     out = subprocess.run([sys.executable, "-c", PLAIN_LOOP, spec, str(batch), str(workers), str(warm_s), str(timed_s),
                           "1" if persistent else "0"],
                          capture_output=True, text=True, check=True, timeout=300)
-    return float(out.stdout.strip().splitlines()[-1])
+    rate, faults = out.stdout.strip().splitlines()[-1].split()
+    return float(rate), float(faults)
 
 
 def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int) -> dict:
@@ -132,8 +139,10 @@ def one_scan(spec: str, batch: int, wa: int, wb: int, persistent: bool, seed: in
 
 
 def absolute_scores(scans: list[dict], rounds: list[dict], configs: dict[str, TrialConfig]) -> dict:
-    """Each scan's printed interval for ``a`` and ``b`` against every long run of that config."""
-    held, pairs, halves = 0, 0, []
+    """Each scan's printed interval for ``a`` and ``b`` against every long run of that config; apart,
+    those of configs whose scan noted fresh pages (``analysis.footprint.fresh_pages``: the figure rests
+    on the allocator's state)."""
+    held, pairs, halves, fresh_held, fresh_pairs = 0, 0, [], 0, 0
     for s in scans:
         result = ScanResult.from_dict(s["result"])
         noise = run_noise(result.configs)
@@ -142,11 +151,13 @@ def absolute_scores(scans: list[dict], rounds: list[dict], configs: dict[str, Tr
             est = long_run(found, noise) if found is not None else None
             if est is None:
                 continue
+            fresh = (fresh_share(found) or 0.0) >= FRESH_SHARE
             halves.append(max(est.high / est.median - 1, 1 - est.low / est.median))
             for r in rounds:
-                pairs += 1
-                held += est.low <= r[key] <= est.high
-    return {"held": held, "pairs": pairs, "halfwidths": halves}
+                inside = est.low <= r[key] <= est.high
+                pairs, held = pairs + 1, held + inside
+                fresh_pairs, fresh_held = fresh_pairs + fresh, fresh_held + (fresh and inside)
+    return {"held": held, "pairs": pairs, "halfwidths": halves, "fresh_held": fresh_held, "fresh_pairs": fresh_pairs}
 
 
 def rescore(path: Path) -> None:
@@ -187,7 +198,9 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
         for i in range(max(args.races, args.long_rounds, args.scans)):
             if i < args.long_rounds:
                 order = [(wa, "a"), (wb, "b")] if i % 2 == 0 else [(wb, "b"), (wa, "a")]
-                got = {k: plain_rate(spec, batch, w, args.warm_s, args.long_s, persistent) for w, k in order}
+                got = {}
+                for w, k in order:
+                    got[k], got[f"{k}_faults_per_batch"] = plain_rate(spec, batch, w, args.warm_s, args.long_s, persistent)
                 rounds.append(got)
             if i < args.races:
                 races.append(one_race(spec, a, b, i))
@@ -226,6 +239,8 @@ def summary(archetypes: dict) -> dict:
             "median_reference_halfwidth": median([v["long_high"] / v["long_ratio"] - 1 for v in got]),
             "absolute_held": sum(v["absolute"]["held"] for v in got),
             "absolute_pairs": sum(v["absolute"]["pairs"] for v in got),
+            "absolute_fresh_held": sum(v["absolute"].get("fresh_held", 0) for v in got),
+            "absolute_fresh_pairs": sum(v["absolute"].get("fresh_pairs", 0) for v in got),
             "absolute_median_halfwidth": median([h for v in got for h in v["absolute"]["halfwidths"]]),
             "median_scan_seconds": median([s["seconds"] for v in got for s in v["scans"]])}
 
