@@ -152,11 +152,11 @@ def fresh_pages(configs: list[ConfigResult]) -> str | None:
         f"{worst.config.label()}{others}: its main process took {size_text(share * nbytes)} of fresh pages from the "
         f"kernel per batch ({share:.0%} of the batch's {size_text(nbytes)}). Its allocator gave freed memory back "
         "and faulted it in anew for the next batch (glibc maps an allocation over 32 MiB afresh every time, and trims its "
-        "heap after smaller ones depending on the process's history), so this config's speed rests on the "
-        "allocator's state and on what a page fault costs, which on a virtual machine changes with the host. "
+        "heap after smaller ones depending on the process's history), so this config's speed depends on the "
+        "allocator's state too, and on what a page fault costs, which on a virtual machine changes with the host. "
         f"With glibc, MALLOC_MMAP_THRESHOLD_={threshold} MALLOC_TRIM_THRESHOLD_={4 * threshold} in the training "
-        "job's environment keep batches in the heap (set both: setting either fixes the other at its small "
-        "default, which makes every batch fresh); or preload jemalloc or tcmalloc"
+        "job's environment keep batches in the heap (set both: setting one alone fixes the other at its small "
+        "default, and batches come fresh again); or preload jemalloc or tcmalloc"
     )
 
 
