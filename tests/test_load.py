@@ -330,3 +330,24 @@ def test_the_ranks_load_is_read_from_the_last_rank_past_warm_up_to_the_last_at_t
         relay.handle(rank, Message(Kind.BARRIER, barrier))
         assert Meter.calls == calls, (rank, barrier)
     assert [(m.kind, m.rank) for m in sent] == [(Kind.LOAD, None)]  # the trial's own reading, no rank's
+
+
+def test_check_names_a_checked_loader_whose_main_process_faults_in_its_batches():
+    """A checked config without workers whose blocks faulted in most of each batch anew gets the
+    fresh-pages note: its speed rests on the allocator's state, which can flip a check between runs."""
+    from dataclasses import replace
+
+    from test_ci_output import DEFAULTS_W0, check_result
+
+    from loadtune.model.batch import BatchInfo
+
+    outcome = check_result("pass")
+    console = Console(record=True, width=300)
+    print_check(console, outcome)
+    assert "fresh pages" not in console.export_text()
+    outcome.config = DEFAULTS_W0
+    for t in outcome.trials:
+        t.config, t.batch = DEFAULTS_W0, BatchInfo(2**20)
+        t.blocks = [replace(b, faulted_bytes=b.batches * 2**20) for b in t.blocks]
+    print_check(console, outcome)
+    assert "w0 bs64: its main process took 1 MiB of fresh pages from the kernel per batch (100%" in console.export_text()

@@ -5,11 +5,13 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
+from loadtune.analysis.footprint import fresh_pages
 from loadtune.analysis.load import load_summary
 from loadtune.model.against import DuetRound
 from loadtune.model.check import NO_BASE, PASS, REGRESSION, CheckResult
 from loadtune.model.settings import NOISE_FLOOR
 from loadtune.model.paired import PairedRound
+from loadtune.model.results import by_config
 from loadtune.report.ci import defaults_line, summary_line
 from loadtune.report.text import load_sentence
 
@@ -65,6 +67,9 @@ def print_check(console: Console, outcome: CheckResult, rounds: bool = True) -> 
         console.print(f"  {defaults}", style="dim", highlight=False)
     for line in outcome.environment:
         console.print(f"  environment changed: {line}", style="yellow")
+    fresh = fresh_pages(by_config([t for t in outcome.trials if t.config == outcome.config]))
+    if fresh:  # a speed that rests on the allocator's state flips a check between runs
+        console.print(f"  note: {fresh}", style="yellow", highlight=False)
     load = load_summary(outcome.trials, NOISE_FLOOR)
     if load is not None and load.disturbed:
         console.print(f"  measured under load: {load_sentence(load)}; a round's ratio discounts it where it hit both "
