@@ -201,3 +201,36 @@ def test_a_fork_server_started_before_torch_serves_the_trials():
                          cwd=Path(__file__).parent)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
+def test_a_killed_workers_segment_is_removed_even_before_the_worker_is_reaped():
+    """A worker killed between making a batch's segment and the main process taking it leaves the
+    segment behind; the trial's clean-up removes those of dead creators, a zombie (killed, not yet
+    reaped) among them, and keeps a live process's."""
+    import os
+
+    import psutil
+
+    from loadtune.engine.trial.harness import remove_orphaned_shared_memory
+
+    since = time.time() - 1
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert psutil.pid_exists(pid)  # a zombie still has its pid
+        orphan, live = Path(f"/dev/shm/torch_{pid}_loadtune_test"), Path(f"/dev/shm/torch_{os.getpid()}_loadtune_test")
+        orphan.write_bytes(b"x")
+        live.write_bytes(b"x")
+        try:
+            remove_orphaned_shared_memory(since)
+            assert not orphan.exists() and live.exists()
+        finally:
+            orphan.unlink(missing_ok=True)
+            live.unlink(missing_ok=True)
+    finally:
+        os.waitpid(pid, 0)

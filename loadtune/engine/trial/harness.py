@@ -98,11 +98,12 @@ def kill_group(pid: int, wait_s: float = 5.0) -> None:
 def remove_orphaned_shared_memory(since: float) -> None:
     """Unlink torch's /dev/shm files made since ``since`` whose creator is dead. torch makes one per
     batch handed between processes and unlinks it once received; a worker killed in between (by a
-    signal, a timeout, the OOM killer) leaves it behind for good, holding RAM."""
+    signal, a timeout, the OOM killer) leaves it behind for good, holding RAM. A creator killed but not
+    yet reaped is dead too: its segment was otherwise left behind whenever the reaping came late."""
     for path in Path("/dev/shm").glob("torch_*"):
         pid = path.name.split("_")[1]
         try:
-            if pid.isdigit() and not psutil.pid_exists(int(pid)) and path.stat().st_mtime >= since:
+            if pid.isdigit() and not pid_running(int(pid)) and path.stat().st_mtime >= since:
                 path.unlink()
         except OSError:
             pass
@@ -112,6 +113,14 @@ def still_running(proc: psutil.Process) -> bool:
     """Not yet dead; a zombie is dead (it waits only for its new parent, init, to reap it)."""
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def pid_running(pid: int) -> bool:
+    """``still_running`` by process id: False for a process that is gone or a zombie."""
+    try:
+        return still_running(psutil.Process(pid))
     except psutil.Error:
         return False
 
