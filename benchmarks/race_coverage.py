@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from loadtune.analysis.footprint import FRESH_SHARE, fresh_share
+from loadtune.analysis.footprint import fresh_page_takers
 from loadtune.analysis.noise import long_run, run_noise
 from loadtune.analysis.race import legs, pair_logs, race_ratio, verdict
 from loadtune.engine.race import RaceRun, race, run_leg
@@ -151,7 +151,7 @@ def absolute_scores(scans: list[dict], rounds: list[dict], configs: dict[str, Tr
             est = long_run(found, noise) if found is not None else None
             if est is None:
                 continue
-            fresh = (fresh_share(found) or 0.0) >= FRESH_SHARE
+            fresh = bool(fresh_page_takers([found]))
             halves.append(max(est.high / est.median - 1, 1 - est.low / est.median))
             for r in rounds:
                 inside = est.low <= r[key] <= est.high

@@ -136,12 +136,18 @@ def fresh_share(config: ConfigResult) -> float | None:
     return statistics.median(shares) if shares else None
 
 
+def fresh_page_takers(configs: list[ConfigResult]) -> list[tuple[float, ConfigResult]]:
+    """The configs whose main process faulted in at least ``FRESH_SHARE`` of every batch anew, with
+    that share, the largest first."""
+    hits = [(s, c) for c in configs if c.ok and (s := fresh_share(c)) is not None and s >= FRESH_SHARE]
+    return sorted(hits, key=lambda h: -h[0])
+
+
 def fresh_pages(configs: list[ConfigResult]) -> str | None:
     """A note when a config without workers faulted in a large share of every batch anew: its speed
-    then rests on the C allocator's state and on what a page fault costs (on a virtual machine, what
-    the host does with the guest's memory), not on the loader; and how to keep batches in the heap."""
-    hits = sorted(((s, c) for c in configs if c.ok and (s := fresh_share(c)) is not None and s >= FRESH_SHARE),
-                  key=lambda h: -h[0])
+    then depends on the C allocator's state too, and on what a page fault costs (on a virtual machine,
+    what the host does with the guest's memory); and how to keep batches in the heap."""
+    hits = fresh_page_takers(configs)
     if not hits:
         return None
     share, worst = hits[0]

@@ -345,7 +345,7 @@ class Meter:
         such blocks overstated a restarting loader's rate (by up to 40% on
         benchmarks/archetypes/tiny_dataset.py). A phase still lasts ``min_s`` at least."""
         clock = time.perf_counter
-        start, faulted = self.mark, faulted_bytes()
+        start, faulted_before = self.mark, faulted_bytes()
         whole = self.epochs_for(min_s) if self.aligned else 0  # epochs this phase spans
         samples = batches = epochs = 0
         waited = asked = 0.0  # host time inside next(): what a CPU consumer waits for data
@@ -377,7 +377,7 @@ class Meter:
             if now > deadline or (not self.aligned and batches >= min_batches and now - start >= min_s
                                   and batches % multiple == 0 and settled()):
                 break
-        return self._end_block(start, samples, batches, epochs, waited, faulted)
+        return self._end_block(start, samples, batches, epochs, waited, faulted_before)
 
     def _begin_block(self) -> tuple[Callable | None, bool]:
         """What the hot loop calls per batch (None when there is nothing to do with a batch: it is
@@ -405,7 +405,7 @@ class Meter:
         return now
 
     def _end_block(self, start: float, samples: int, batches: int, epochs: int, waited: float,
-                   faulted: int | None) -> Block:
+                   faulted_before: int | None) -> Block:
         """Synchronise the device once; the block ends there, where the next one begins."""
         self.sync()
         self.mark = time.perf_counter()
@@ -413,7 +413,7 @@ class Meter:
         if self.stats is not None:
             wait_s, h2d_bytes = self.stats.end_block(waited)
         end = faulted_bytes()
-        faulted = end - faulted if end is not None and faulted is not None else None
+        faulted = end - faulted_before if end is not None and faulted_before is not None else None
         return Block(samples, batches, self.mark - start, epochs, wait_s, h2d_bytes, faulted)
 
 
