@@ -3,13 +3,14 @@
 import time
 from types import SimpleNamespace
 
+import psutil
 import pytest
 import torch
 from conftest import SPECS
 
 from loadtune.engine.trial.measure import (Drained, LoaderOptions, Meter, SampleCounter, SizeTally, Timing, make_consumer, make_loader,
                                            measure, ready_batches)
-from loadtune.engine.trial.paired import back_to_level, in_flight, resume
+from loadtune.engine.trial.paired import back_to_level, freezable, freeze, frozen_turn, in_flight, resume, worker_pids
 from loadtune.model.config import TrialConfig
 from loadtune.engine.spec import from_objects, load_spec
 
@@ -333,3 +334,43 @@ def test_a_block_counts_the_pages_its_main_process_faulted_in():
         per_batch[name] = block.faulted_bytes / block.batches
     assert per_batch["fresh"] >= FRESH
     assert per_batch["reused"] < FRESH / 4
+
+
+def statuses(meter):
+    return {psutil.Process(pid).status() for pid in worker_pids(meter.loader_iterator)}
+
+
+@pytest.mark.slow
+def test_a_frozen_loader_makes_nothing_while_it_rests_and_its_block_counts_no_head_start():
+    # two workers, 40 ms a batch each: 50 batches (200 samples) a second at most. Resting unfrozen, they
+    # finish their four prefetched batches ahead, which a block would take at once; frozen, they make
+    # nothing until its next block, which starts from a batch's arrival and counts whole rounds
+    config = TrialConfig(batch_size=4, num_workers=2, prefetch_factor=2)
+    meter = meter_for(from_objects(Waiting(0.01)), config)
+    meter.startup()
+    meter.phase(0.1)
+    assert freezable(meter, config) and len(worker_pids(meter.iterator)) == 2
+    try:
+        freeze(meter)
+        assert statuses(meter) == {psutil.STATUS_STOPPED}
+        level = ready_batches(meter.iterator)
+        time.sleep(0.3)
+        assert ready_batches(meter.iterator) == level  # nothing made while frozen
+        deadline = time.perf_counter() + 30
+        blocks = [frozen_turn(meter, config, 0.2, deadline) for _ in range(2)]
+        assert statuses(meter) == {psutil.STATUS_STOPPED}  # frozen again after each block
+        assert all(b.batches % 2 == 0 and b.batches >= 2 for b in blocks)
+        assert all(b.rate <= 200 * 1.1 for b in blocks)  # sleeps make it no faster than that
+    finally:
+        freeze(meter, stop=False)
+    assert psutil.STATUS_STOPPED not in statuses(meter)
+    time.sleep(0.3)
+    assert ready_batches(meter.iterator) == 4  # thawed, they run ahead again: the check above could fail
+
+
+def test_a_loader_whose_workers_cannot_be_found_is_not_frozen():
+    # a user's own loader (``loader(**knobs)``) may keep its workers elsewhere: its turns settle instead
+    hidden = SimpleNamespace(loader_iterator=SimpleNamespace())
+    assert not freezable(hidden, TrialConfig(batch_size=4, num_workers=2, prefetch_factor=2))
+    assert freezable(hidden, TrialConfig(batch_size=4, num_workers=0))  # nothing to freeze
+    freeze(hidden)  # and freezing it does nothing

@@ -2,7 +2,8 @@
 
 In a leg every raced config's loader is alive at once, each in a trial process of its own, and the
 parent tells them in turn to time one short block (``engine.trial.duet``): a shuffled order, then its
-reverse (``paired.race_orders``). Each config's blocks of a leg come back as a trial of its own
+reverse (``paired.race_orders``). Between its blocks a loader rests frozen, its workers stopped where
+they were (``paired.frozen_turn``), so its blocks are windows of one continuous run. Each config's blocks of a leg come back as a trial of its own
 (``Trial.raced``, ``round`` the leg's number), so the pooled figures, the table and the JSON treat a
 leg as one more run of each config. Every raced config runs at least two legs, in fresh processes
 each, so what differs between processes enters the intervals; after that the verdict
@@ -45,11 +46,12 @@ WARMUP_SHARE = 0.5
 
 
 def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[TrialConfig], number: int,
-            seed: int, on_event: Callable[[str, Any], None] | None = None) -> list[Trial]:
+            seed: int, on_event: Callable[[str, Any], None] | None = None, frozen: bool = True) -> list[Trial]:
     """One leg: ``configs`` raced, a live process each. Returns each config's trial of the leg (failed,
-    with its own error or the leg's, where the leg failed or the config timed no block)."""
+    with its own error or the leg's, where the leg failed or the config timed no block). ``frozen``
+    False: resting loaders' workers run on and settle (as ``check --against``'s), for comparison."""
     timing = replace(request.timing, warmup_s=request.timing.warmup_s * WARMUP_SHARE)
-    entry = SideEntry(whole_epochs=False)
+    entry = SideEntry(whole_epochs=False, frozen=frozen)
     sides = {i: (source, replace(request, config=c, timing=timing, entry=entry)) for i, c in enumerate(configs)}
     got = run_in_turns(sides, race_orders(len(configs), PAIRS_PER_LEG, seed), request.timing.block_s / 2,
                        on_event=on_event)

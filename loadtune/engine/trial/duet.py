@@ -12,10 +12,11 @@ without workers, above all) paid for those copies in its own blocks and read up 
 After every side has warmed up, the parent tells them in turn to time one short block
 (``Kind.TURN``), in the order the caller gives (each turn the reverse of the one before, or
 shuffled), so that another process's load, a pace that changes every few seconds or drift hit every
-side alike. After its block a side's workers finish what they were asked for before the next side's
-block starts, and before its own next block the batches they finished ahead are consumed untimed
-(``paired.settle`` and ``paired.timed_turn``): every block times steady-state work, not another
-side's backlog.
+side alike. In a race a side's workers are stopped after its block and go on at its next one
+(``paired.frozen_turn``); for ``check --against`` (whose error rates were measured so) they finish
+what they were asked for before the next side's block starts, and before the side's own next block
+the batches they finished ahead are consumed untimed (``paired.settle`` and ``paired.timed_turn``).
+Either way every block times steady-state work, not another side's backlog.
 
 Each side of a check reports where the spec's own modules were loaded from (``Kind.ORIGINS``) before
 it is timed, so that the caller can refuse a base that imported the head's code (an editable
@@ -34,10 +35,10 @@ from pathlib import Path
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.harness import Ending, OnEvent, TrialProcess, settle
 from loadtune.engine.trial.measure import TrialFailure, finish_trial
-from loadtune.engine.trial.paired import SETTLE_BLOCKS, open_meters, timed_turn
+from loadtune.engine.trial.paired import SETTLE_BLOCKS, freezable, freeze, frozen_turn, open_meters, timed_turn
 from loadtune.engine.trial.paired import settle as settle_workers
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, TrialRun
-from loadtune.model.results import Trial, TrialError
+from loadtune.model.results import Block, Trial, TrialError
 
 HEAD, BASE = "head", "base"
 VENDORED = ("site-packages", "dist-packages")  # installed packages: never the user's tree, wherever the environment lives
@@ -94,6 +95,7 @@ class SideEntry:
 
     roots: tuple[str, ...] = ()
     whole_epochs: bool = True
+    frozen: bool = False  # rest with its workers stopped (``paired.frozen_turn``) where they can be found
 
     def __call__(self, run: TrialRun) -> None:
         import torch
@@ -106,15 +108,27 @@ class SideEntry:
         meters, firsts = open_meters({SIDE: (run.spec, config)}, device, timing, request.options, request.workload,
                                      deadline, lambda role, kind, payload: run.emit(kind, payload), self.whole_epochs)
         meter = meters[SIDE]
-        settle_workers(meter, min(deadline, time.perf_counter() + timing.block_s))  # then: ready for turns
+        frozen = self.frozen and freezable(meter, config)
+        if frozen:
+            freeze(meter)
+        else:
+            settle_workers(meter, min(deadline, time.perf_counter() + timing.block_s))  # then: ready for turns
+
+        def turn(block_s: float) -> Block:
+            if frozen:
+                return frozen_turn(meter, config, block_s, deadline)
+            block = timed_turn(meter, config, block_s, deadline)
+            cap = SETTLE_BLOCKS * max(block_s, block.seconds)
+            settle_workers(meter, min(deadline, time.perf_counter() + cap))  # before the next side's block
+            return block
 
         def turns() -> None:
             run.emit(Kind.READY)
-            while (block_s := run.conn.recv().payload) is not None:
-                block = timed_turn(meter, config, block_s, deadline)
-                cap = SETTLE_BLOCKS * max(block_s, block.seconds)
-                settle_workers(meter, min(deadline, time.perf_counter() + cap))  # before the next side's block
-                run.emit(Kind.BLOCK, block)
+            try:
+                while (block_s := run.conn.recv().payload) is not None:
+                    run.emit(Kind.BLOCK, turn(block_s))
+            finally:
+                freeze(meter, stop=False)  # its workers must hear the loader's shutdown
 
         # no load reading: the other sides' blocks, timed meanwhile, would read as outside load
         finish_trial(turns, device, config, firsts[SIDE], run.emit, run.measured, load=False)
