@@ -3,9 +3,9 @@
 In a leg every raced config's loader is alive at once, each in a trial process of its own, and the
 parent tells them in turn to time one short block (``engine.trial.duet``): a shuffled order, then its
 reverse (``paired.race_orders``). Between its blocks a loader rests frozen, its workers stopped where
-they were (``paired.frozen_turn``), so its blocks are windows of one continuous run. Each config's blocks of a leg come back as a trial of its own
-(``Trial.raced``, ``round`` the leg's number), so the pooled figures, the table and the JSON treat a
-leg as one more run of each config. Every raced config runs at least two legs, in fresh processes
+they were (``paired.frozen_turn``), so its blocks are windows of one continuous run. Each config's
+blocks of a leg come back as a trial of its own (``Trial.raced``, ``round`` the leg's number), so the
+pooled figures, the table and the JSON treat a leg as one more run of each config. Every raced config runs at least two legs, in fresh processes
 each, so what differs between processes enters the intervals; after that the verdict
 (``analysis.race``) sends the leader and the configs still undecided against it, or known too loosely
 (``WIDE``), into the next leg, until none is left, the race's legs are spent, or the scan's budget is.

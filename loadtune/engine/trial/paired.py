@@ -292,9 +292,9 @@ def frozen_turn(meter: Meter, config: TrialConfig, block_s: float, deadline: flo
     blocks are windows of one continuous run, each from a batch's arrival to a later one over whole
     rounds of its workers. Nothing needs draining or waiting for, as it did when a resting loader's
     workers ran on (``timed_turn``, ``settle``), and what that left (half-made work no block counted, a
-    worker a batch ahead) cannot arise: a leg put one worker against two on a CPU-bound dataset at
-    0.514x where trials alone read 0.514x (0.523x with settled turns), and a leg of 64-worker loaders
-    took 17 s instead of 52 (docs/measuring.md, "The race")."""
+    worker a batch ahead) cannot arise: legs read no workers against two within 0.9-1.7% of their
+    ratio alone, where settled turns read 2.5-2.6% off, and a leg of 64-worker loaders took 19 s
+    instead of 52 (docs/measuring.md, "The race")."""
     workers = max(1, config.num_workers)
     freeze(meter, stop=False)
     meter.mark = time.perf_counter()
