@@ -128,7 +128,8 @@ class SideEntry:
                 while (block_s := run.conn.recv().payload) is not None:
                     run.emit(Kind.BLOCK, turn(block_s))
             finally:
-                freeze(meter, stop=False)  # its workers must hear the loader's shutdown
+                if frozen:
+                    freeze(meter, stop=False)  # its workers must hear the loader's shutdown
 
         # no load reading: the other sides' blocks, timed meanwhile, would read as outside load
         finish_trial(turns, device, config, firsts[SIDE], run.emit, run.measured, load=False)
