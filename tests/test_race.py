@@ -170,6 +170,17 @@ def test_the_race_takes_the_screenings_contenders_and_the_defaults_within_memory
     assert len(tight.configs) == 2 and tight.left_out
 
 
+def test_a_pick_far_ahead_races_the_fastest_of_the_rest():
+    """``num_workers=0`` (the defaults) six times faster than any loader with workers is the only
+    contender: the fastest other races it, so its lead is paired and its runs repeated; alone, it
+    would not race at all."""
+    result = empty_result()
+    result.trials = [fake_trial(c, r) for c, r in ((W0, 12000.0), (W1, 1500.0), (W2, 1900.0))]
+    assert entrants(result, FLOOR, memory_limit=10 * 2**30).configs == [W0, W2]
+    result.trials = result.trials[:1]
+    assert entrants(result, FLOOR, memory_limit=10 * 2**30).configs == []
+
+
 def simulated_run(rates: dict, seed: int, budget_s: float | None = None) -> tuple[RaceRun, list[Trial], list]:
     rng = random.Random(seed)
     trials: list[Trial] = []

@@ -5,7 +5,10 @@ find the region worth racing, not to tell configs 10% apart. The race then times
 side by side (``engine/race.py``; its decisions in ``analysis/race.py``). It takes the fastest
 screened configs, the cheapest config the screening could not tell from the fastest (the pick if the
 race ties them), and PyTorch's defaults or the user's current settings (so the gain over them is a
-paired verdict too), while their loaders, alive together, fit in memory.
+paired verdict too), while their loaders, alive together, fit in memory. Where that leaves one config
+(a pick far ahead of the rest, and the defaults' own), the fastest of the rest races it: the pick's lead
+becomes a paired figure, and its repeated runs teach the scan its run-to-run noise, without which the
+table's ± is one run's blocks' and says nothing of the next run.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def screened(result: ScanResult) -> list[ConfigResult]:
 
 def entrants(result: ScanResult, noise_floor: float, memory_limit: int) -> Entrants:
     """The configs to race: the cheapest contender, the fastest, the defaults (or the user's current
-    settings), then the next fastest contenders, up to ``MAX_RACERS`` and while the peak memory of
+    settings), then the next fastest contenders (where all that is one config, the fastest other), up to ``MAX_RACERS`` and while the peak memory of
     their screening runs, summed, stays under ``memory_limit`` (a config whose memory was not measured
     counts as the largest measured)."""
     configs = screened(result)
@@ -47,6 +50,8 @@ def entrants(result: ScanResult, noise_floor: float, memory_limit: int) -> Entra
     by_speed = sorted(tied, key=lambda c: c.estimate.median, reverse=True)
     base = baseline_for(configs, tied[0].config.batch_size, result.settings.current)
     wanted = [tied[0], by_speed[0]] + ([base] if base is not None else []) + by_speed[1:FASTEST] + tied[1:]
+    if len({c.config for c in wanted}) < 2:
+        wanted += runner_up(configs, wanted)
     chosen: list[TrialConfig] = []
     left_out: list[TrialConfig] = []
     used = 0
@@ -61,6 +66,13 @@ def entrants(result: ScanResult, noise_floor: float, memory_limit: int) -> Entra
         chosen.append(c.config)
         used += need
     return Entrants(chosen if len(chosen) >= 2 else [], left_out)
+
+
+def runner_up(configs: list[ConfigResult], wanted: list[ConfigResult]) -> list[ConfigResult]:
+    """The fastest config measured that is not in ``wanted``: none if there is no other."""
+    taken = {c.config for c in wanted}
+    rest = [c for c in configs if c.ok and c.estimate is not None and c.config not in taken]
+    return sorted(rest, key=lambda c: c.estimate.median, reverse=True)[:1]
 
 
 def race_memory_limit(max_memory: int | None, memory_available: int) -> int:
