@@ -149,3 +149,43 @@ def test_the_caption_says_what_the_spread_learned_is_even_when_it_is_nothing():
     assert "4.0% between runs" in spread_caption(RunNoise(0.04, 6, 0.001))
     assert "agreed within their blocks' own noise" in spread_caption(RunNoise(0.0, 6, 0.001))  # not "0.0%"
     assert "run-to-run noise unknown" in spread_caption(RunNoise(0.0, 0, 0.0))
+    assert "w0 bs32: its speed rests on its allocator's state" in spread_caption(RunNoise(0.04, 6, 0.001), ["w0 bs32"])
+
+
+def allocator_runs(levels: list[float], fresh_share: float, rng: random.Random) -> list[Trial]:
+    """Runs of a loader without workers at ``levels``, its main process faulting in ``fresh_share`` of
+    each 19 MiB batch anew (``footprint.takes_fresh_pages`` from a tenth on)."""
+    from loadtune.model.results import BatchInfo
+    trials = []
+    for i, level in enumerate(levels):
+        t = run(CONFIGS[0], level, rng, round_=i)
+        t.blocks = [Block(b.samples, b.batches, b.seconds, faulted_bytes=int(b.batches * fresh_share * 19 * 2**20))
+                    for b in t.blocks]
+        t.batch = BatchInfo(19 * 2**20)
+        trials.append(t)
+    return trials
+
+
+def test_a_loader_at_its_allocators_two_speeds_widens_its_own_interval_not_every_rows():
+    """The README's pair on a 2-core VM: ``w0`` read 537 and 558 in two runs and 334 and 333 in two
+    others (its allocator's state), ``w2`` 655-705. Pooled, ``w0``'s speeds set every row's ± past
+    ±100%. Taking fresh pages, ``w0`` stays out of the pool: ``w2``'s ± is its runs' spread, and
+    ``w0``'s spans both of its speeds. Without the fresh pages the same runs are pooled (the test can
+    fail), and runs of a fresh-page config that agree stay in the pool."""
+    rng = random.Random(3)
+    w2 = [run(CONFIGS[2], level, rng, round_=i) for i, level in enumerate((655.0, 654.0, 703.0, 705.0))]
+    modes = [537.0, 558.0, 334.0, 333.0]
+
+    configs = by_config(allocator_runs(modes, 0.2, rng) + w2)
+    noise = run_noise(configs)
+    assert noise.df == 3 and noise.between < 0.06
+    w0_est, w2_est = long_run(configs[0], noise), long_run(configs[1], noise)
+    assert w2_est.rel_spread < 0.30 and w2_est.low <= 655 and w2_est.high >= 705
+    assert w0_est.low < 340 and w0_est.high > 540  # each run's level is its blocks' median: within 2-3%
+
+    pooled = run_noise(by_config(allocator_runs(modes, 0.0, rng) + w2))
+    assert pooled.df == 6 and pooled.between > 0.15
+    assert long_run(by_config(allocator_runs(modes, 0.0, rng) + w2)[1], pooled).rel_spread > 0.6
+
+    agreeing = run_noise(by_config(allocator_runs([540.0, 545.0, 550.0, 538.0], 0.2, rng) + w2))
+    assert agreeing.df == 6

@@ -136,10 +136,17 @@ def fresh_share(config: ConfigResult) -> float | None:
     return statistics.median(shares) if shares else None
 
 
+def takes_fresh_pages(config: ConfigResult) -> bool:
+    """Its main process faulted in at least ``FRESH_SHARE`` of every batch anew: its speed rests on the
+    allocator's state too."""
+    share = fresh_share(config)
+    return config.ok and share is not None and share >= FRESH_SHARE
+
+
 def fresh_page_takers(configs: list[ConfigResult]) -> list[tuple[float, ConfigResult]]:
-    """The configs whose main process faulted in at least ``FRESH_SHARE`` of every batch anew, with
-    that share, the largest first."""
-    hits = [(s, c) for c in configs if c.ok and (s := fresh_share(c)) is not None and s >= FRESH_SHARE]
+    """The configs that take fresh pages (``takes_fresh_pages``), with the share of a batch, the
+    largest first."""
+    hits = [(fresh_share(c), c) for c in configs if takes_fresh_pages(c)]
     return sorted(hits, key=lambda h: -h[0])
 
 

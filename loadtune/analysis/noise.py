@@ -10,6 +10,13 @@ rounds) shows how far runs of one config land apart. Pooled over configs, that b
 widens each config's interval into one for what a long run of it gives, sets how far apart two
 configs measured at different times must be before they count as different, and backs the paired
 comparison of two configs measured side by side in the same rounds.
+
+A config whose main process takes every batch's pages fresh from the kernel
+(``footprint.takes_fresh_pages``) runs at one of two or more speeds, set by its allocator's state in
+that process (a loader without workers and 19 MiB batches: 330 or 560 samples/s). Its runs teach
+that, not the machine's run-to-run noise: pooled, they widened every row's interval to ±100% in one
+scan of six. Where its runs ran at separate speeds they stay out of the pool, and the config's own
+interval spans every run of it measured.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from loadtune.analysis.footprint import takes_fresh_pages
 from loadtune.analysis.stats import Ratio, indistinguishable, ratio
 from loadtune.model.estimate import Estimate, median_stderr, t975
 from loadtune.model.results import ConfigResult, Trial
@@ -59,22 +67,57 @@ def run_levels(config: ConfigResult) -> list[tuple[float, float]]:
     return [level for t in config.trials if (level := run_level(t)) is not None]
 
 
-def run_noise(configs: list[ConfigResult]) -> RunNoise:
-    """The between-run spread, pooled over every config measured more than once: the variance of run
-    levels about their config's mean, less what the runs' own blocks explain."""
-    squares, df, within = 0.0, 0, []
-    for config in configs:
-        levels = run_levels(config)
-        if len(levels) < 2:
-            continue
-        mean = statistics.fmean(x for x, _ in levels)
-        squares += sum((x - mean) ** 2 for x, _ in levels)
-        df += len(levels) - 1
-        within += [w for _, w in levels]
+@dataclass(frozen=True)
+class Spread:
+    """One config's run levels (logs) and each run's variance from its own blocks."""
+
+    levels: list[float]
+    within: list[float]
+
+    @property
+    def df(self) -> int:
+        return len(self.levels) - 1
+
+    @property
+    def squares(self) -> float:
+        mean = statistics.fmean(self.levels)
+        return sum((x - mean) ** 2 for x in self.levels)
+
+    def gapped(self, variance: float, df: int) -> bool:
+        """Two of its runs, next to each other in speed, lie further apart than two runs of one config
+        land 95% of the time (a level ``variance`` learned with ``df``): it ran at separate speeds."""
+        bound = t975(df) * math.sqrt(2 * variance)
+        ordered = sorted(self.levels)
+        return any(b - a > bound for a, b in zip(ordered, ordered[1:]))
+
+
+def spread_of(config: ConfigResult) -> Spread | None:
+    levels = run_levels(config)
+    return Spread([x for x, _ in levels], [w for _, w in levels]) if len(levels) >= 2 else None
+
+
+def pooled(spreads: list[Spread]) -> RunNoise:
+    df = sum(s.df for s in spreads)
     if not df:
         return NOTHING_LEARNED
-    mean_within = statistics.fmean(within)
-    return RunNoise(math.sqrt(max(0.0, squares / df - mean_within)), df, mean_within)
+    within = statistics.fmean(w for s in spreads for w in s.within)
+    return RunNoise(math.sqrt(max(0.0, sum(s.squares for s in spreads) / df - within)), df, within)
+
+
+def run_noise(configs: list[ConfigResult]) -> RunNoise:
+    """The between-run spread, pooled over every config measured more than once: the variance of run
+    levels about their config's mean, less what the runs' own blocks explain. A config whose speed
+    rests on its allocator's state (module docstring) stays out of the pool where its runs ran at
+    separate speeds, judged by the others' spread: those speeds are its own, not the machine's."""
+    steady, fresh = [], []
+    for config in configs:
+        if (spread := spread_of(config)) is not None:
+            (fresh if takes_fresh_pages(config) else steady).append(spread)
+    base = pooled(steady)
+    if not base.learned:
+        return pooled(fresh)
+    variance = sum(s.squares for s in steady) / base.df
+    return pooled(steady + [s for s in fresh if not s.gapped(variance, base.df)])
 
 
 def alone(config: ConfigResult) -> ConfigResult:
@@ -90,12 +133,27 @@ def alone(config: ConfigResult) -> ConfigResult:
 
 
 def long_run(config: ConfigResult, noise: RunNoise) -> Estimate | None:
-    """The config's figure with a 95% interval for what a long run of it gives: its runs' levels (those
-    timed alone, ``alone``), the spread between runs (for the next run, and for the mean of the ``k``
+    """The config's figure with a 95% interval for what a long run of it gives (``learned_interval``);
+    for a config whose speed rests on its allocator's state, widened to span every run of it measured,
+    legs included (module docstring)."""
+    est = learned_interval(alone(config), noise)
+    if est is None or not spans_runs(config):
+        return est
+    levels = [math.exp(x) for x, _ in run_levels(config)]
+    return Estimate(est.median, min(est.low, *levels), max(est.high, *levels), est.q1, est.q3, est.n)
+
+
+def spans_runs(config: ConfigResult) -> bool:
+    """Its interval spans every run of it measured: its speed rests on its allocator's state, and it ran
+    more than once."""
+    return takes_fresh_pages(config) and len(run_levels(config)) > 1
+
+
+def learned_interval(config: ConfigResult, noise: RunNoise) -> Estimate | None:
+    """Its runs' levels, the spread between runs (for the next run, and for the mean of the ``k``
     measured), and their blocks' (never taken as less than the repeated runs' typical: three blocks can
     agree by chance, and a trial's blocks' interval held a later long run in 38 of 54 pairs, this one
     in 52). Unchanged (the blocks' interval) when nothing was learned: that is all the data shows then."""
-    config = alone(config)
     est = config.estimate
     levels = run_levels(config)
     if est is None or not levels or not noise.learned:

@@ -18,7 +18,7 @@ from loadtune.analysis import footprint
 from loadtune.analysis.load import load_summary
 from loadtune.analysis.recommend import best_with_workers, noise_floor_of, persistent_saving, snippet
 from loadtune.model.results import ConfigResult, ScanResult, StageCost
-from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, alone, gain, long_run, run_noise
+from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, alone, gain, long_run, run_noise, spans_runs
 from loadtune.analysis.race import relative_to
 from loadtune.analysis.view import Row, rows as view_rows
 from loadtune.report.text import (BAR_WIDTH, STATUS_STYLES, bar, gbps, load_sentence, ms, rate, short_bytes, spread_text,
@@ -85,7 +85,9 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
         cells = row_cells(row, rec, top, noise, result.settings.current, varying.label if varying else None)
         cells["race"] = race_cell(row, rec, relative)
         table.add_row(*[cells[name] for name in ("rank", "config", "rate", *shown, "status")])
-    parts = [spread_caption(noise) if key == "spread" else text for key, text in CAPTION_PARTS.items() if key not in dropped]
+    spanning = [c.config.label() for c in result.configs if spans_runs(c)]
+    parts = [spread_caption(noise, spanning) if key == "spread" else text
+             for key, text in CAPTION_PARTS.items() if key not in dropped]
     if result.settings.current is not None:
         parts.insert(2, "current: your settings (--current)")
     if varying is not None:
@@ -114,13 +116,19 @@ def race_cell(row: Row, rec, relative: dict) -> str:
     return f"{r.value:.2f}× ({r.low:.2f}–{r.high:.2f})" if r else ""
 
 
-def spread_caption(noise: RunNoise) -> str:
-    """What the ± means: an interval for a long run once the scan repeated a config, else the blocks' own."""
+def spread_caption(noise: RunNoise, spanning: list[str] | None = None) -> str:
+    """What the ± means: an interval for a long run once the scan repeated a config, else the blocks' own;
+    ``spanning``: the configs whose ± also spans their runs (``noise.spans_runs``)."""
     if noise.learned:
         between = (f"{noise.between:.1%} between runs" if noise.between >= 0.0005
                    else "the runs agreed within their blocks' own noise, which the ± holds")
-        return CAPTION_PARTS["spread"] + f" ({between})"
-    return "±: 95% interval of the median block of the runs measured (no config was repeated: run-to-run noise unknown)"
+        text = CAPTION_PARTS["spread"] + f" ({between})"
+    else:
+        text = "±: 95% interval of the median block of the runs measured (no config was repeated: run-to-run noise unknown)"
+    if spanning:
+        text += (f"; {', '.join(spanning)}: its speed rests on its allocator's state (see the notes), "
+                 "its ± spans every run of it measured too")
+    return text
 
 
 def row_cells(row: Row, rec, top: float, noise: RunNoise = NOTHING_LEARNED, current: str | None = None,
