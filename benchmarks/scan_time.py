@@ -98,8 +98,8 @@ def main() -> None:
                               check=True).stdout.strip() for k, ref in (("before", args.before), ("after", args.after))}
     meta, runs = run_meta(), []
     for i in range(args.repeats):
-        for archetype in args.archetypes.split(","):
-            order = ["before", "after"] if (i + len(runs)) % 2 == 0 else ["after", "before"]
+        for k, archetype in enumerate(args.archetypes.split(",")):  # each archetype's order flips every repeat
+            order = ["before", "after"] if (i + k) % 2 == 0 else ["after", "before"]
             run = {"archetype": archetype, "repeat": i, "order": order}
             for which in order:
                 run[which] = one_scan(trees[which], archetype, tmp / f"{which}-{archetype}-{i}.json")

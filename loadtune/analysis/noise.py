@@ -14,9 +14,9 @@ comparison of two configs measured side by side in the same rounds.
 A config whose main process takes every batch's pages fresh from the kernel
 (``footprint.takes_fresh_pages``) runs at one of two or more speeds, set by its allocator's state in
 that process (a loader without workers and 19 MiB batches: 330 or 560 samples/s). Its runs teach
-that, not the machine's run-to-run noise: pooled, they widened every row's interval to ±100% in one
-scan of six. Where its runs ran at separate speeds they stay out of the pool, and the config's own
-interval spans every run of it measured.
+that, not the machine's run-to-run noise: pooled, they widened every row's interval to ±97-119% in 3
+of 18 scans of such a pair. Where its runs ran at separate speeds they stay out of the pool, and the
+config's own interval spans every run of it measured.
 """
 
 from __future__ import annotations

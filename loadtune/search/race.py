@@ -40,9 +40,9 @@ def screened(result: ScanResult) -> list[ConfigResult]:
 
 def entrants(result: ScanResult, noise_floor: float, memory_limit: int) -> Entrants:
     """The configs to race: the cheapest contender, the fastest, the defaults (or the user's current
-    settings), then the next fastest contenders (where all that is one config, the fastest other), up to ``MAX_RACERS`` and while the peak memory of
-    their screening runs, summed, stays under ``memory_limit`` (a config whose memory was not measured
-    counts as the largest measured)."""
+    settings), then the next fastest contenders (where all that is one config, the fastest other), up
+    to ``MAX_RACERS`` and while the peak memory of their screening runs, summed, stays under
+    ``memory_limit`` (a config whose memory was not measured counts as the largest measured)."""
     configs = screened(result)
     tied = contenders(configs, noise_floor)
     if not tied:
