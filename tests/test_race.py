@@ -177,6 +177,7 @@ def test_a_pick_far_ahead_races_the_fastest_of_the_rest():
     result = empty_result()
     result.trials = [fake_trial(c, r) for c, r in ((W0, 12000.0), (W1, 1500.0), (W2, 1900.0))]
     assert entrants(result, FLOOR, memory_limit=10 * 2**30).configs == [W0, W2]
+    assert entrants(result, FLOOR, memory_limit=10 * 2**30, runner_up_too=False).configs == []  # autotune's
     result.trials = result.trials[:1]
     assert entrants(result, FLOOR, memory_limit=10 * 2**30).configs == []
 

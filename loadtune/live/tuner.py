@@ -196,7 +196,9 @@ class Tuner:
         floor = self.options.noise_floor
         if not raced:
             limit = race_memory_limit(None, self.result.machine.memory_available_bytes)
-            configs = entrants(self.result, floor, limit).configs[:LIVE_RACERS]
+            # no runner-up for a lone contender: on the live loop its legs cost the training run speed, and
+            # there is no table whose ± they would teach
+            configs = entrants(self.result, floor, limit, runner_up_too=False).configs[:LIVE_RACERS]
         else:
             v = verdict(self.trials, floor)  # None: the legs so far were cut too short to rank anyone: race them again
             configs = next_leg(v) if v is not None else [t.config for t in raced if t.round == number]

@@ -38,11 +38,12 @@ def screened(result: ScanResult) -> list[ConfigResult]:
     return by_config([t for t in result.trials if t.round == 0 and not t.raced])
 
 
-def entrants(result: ScanResult, noise_floor: float, memory_limit: int) -> Entrants:
+def entrants(result: ScanResult, noise_floor: float, memory_limit: int, runner_up_too: bool = True) -> Entrants:
     """The configs to race: the cheapest contender, the fastest, the defaults (or the user's current
-    settings), then the next fastest contenders (where all that is one config, the fastest other), up
-    to ``MAX_RACERS`` and while the peak memory of their screening runs, summed, stays under
-    ``memory_limit`` (a config whose memory was not measured counts as the largest measured)."""
+    settings), then the next fastest contenders (where all that is one config and ``runner_up_too``,
+    the fastest other), up to ``MAX_RACERS`` and while the peak memory of their screening runs, summed,
+    stays under ``memory_limit`` (a config whose memory was not measured counts as the largest
+    measured)."""
     configs = screened(result)
     tied = contenders(configs, noise_floor)
     if not tied:
@@ -50,7 +51,7 @@ def entrants(result: ScanResult, noise_floor: float, memory_limit: int) -> Entra
     by_speed = sorted(tied, key=lambda c: c.estimate.median, reverse=True)
     base = baseline_for(configs, tied[0].config.batch_size, result.settings.current)
     wanted = [tied[0], by_speed[0]] + ([base] if base is not None else []) + by_speed[1:FASTEST] + tied[1:]
-    if len({c.config for c in wanted}) < 2:
+    if runner_up_too and len({c.config for c in wanted}) < 2:
         wanted += runner_up(configs, wanted)
     chosen: list[TrialConfig] = []
     left_out: list[TrialConfig] = []
