@@ -149,6 +149,16 @@ def spans_runs(config: ConfigResult) -> bool:
     return takes_fresh_pages(config) and len(run_levels(config)) > 1
 
 
+def speeds_apart(config: ConfigResult, noise: RunNoise, minimum: float) -> tuple[float, float] | None:
+    """The slowest and the fastest of its runs where its speed rests on its allocator's state and they
+    lie further apart than two runs of one config land 95% of the time (``tie_floor``): a gain over it
+    holds at the speed its runs in the race had, and another process may land at another."""
+    if not spans_runs(config):
+        return None
+    levels = sorted(math.exp(x) for x, _ in run_levels(config))
+    return (levels[0], levels[-1]) if levels[-1] / levels[0] - 1 > tie_floor(noise, minimum) else None
+
+
 def learned_interval(config: ConfigResult, noise: RunNoise) -> Estimate | None:
     """Its runs' levels, the spread between runs (for the next run, and for the mean of the ``k``
     measured), and their blocks' (never taken as less than the repeated runs' typical: three blocks can

@@ -18,7 +18,8 @@ from loadtune.analysis import footprint
 from loadtune.analysis.load import load_summary
 from loadtune.analysis.recommend import best_with_workers, noise_floor_of, persistent_saving, snippet
 from loadtune.model.results import ConfigResult, ScanResult, StageCost
-from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, alone, gain, long_run, run_noise, spans_runs
+from loadtune.analysis.noise import (NOTHING_LEARNED, RunNoise, alone, gain, long_run, run_noise, spans_runs,
+                                     speeds_apart)
 from loadtune.analysis.race import relative_to
 from loadtune.analysis.view import Row, rows as view_rows
 from loadtune.report.text import (BAR_WIDTH, STATUS_STYLES, bar, gbps, load_sentence, ms, rate, short_bytes, spread_text,
@@ -314,10 +315,12 @@ def gain_text(result: ScanResult, rec, pick: ConfigResult, noise: RunNoise) -> s
     if result.settings.current is not None:
         return current_text(result, rec)
     if rec.speedup is not None and rec.baseline != rec.config:
-        base = alone(result.config_result(rec.baseline)).estimate
+        defaults = result.config_result(rec.baseline)
+        base = alone(defaults).estimate
         return (f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
                 f"at batch size {rec.baseline.batch_size}), {speedup_how(rec)}, 95% interval {rec.speedup_low:.2f}×–"
-                + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n"))
+                + (f"{rec.speedup_high:.2f}×" if rec.speedup_high is not None else "unbounded")
+                + two_speeds(defaults, "PyTorch's defaults", result, noise) + "\n")
     if rec.baseline != rec.config:
         return "PyTorch's defaults were not measured at this batch size.\n"
     raced = {c: r for c, r in relative_to(result.trials, rec.config).items() if c.num_workers}
@@ -381,7 +384,18 @@ def current_text(result: ScanResult, rec) -> str:
         return f"Your current settings: {label}.\n"
     how = speedup_how(rec)
     return (f"{rec.speedup:.2f}× your current settings ({label}: {rate(alone(mine).estimate.median)} samples/s), {how}, "
-            f"95% interval {rec.speedup_low:.2f}×–" + (f"{rec.speedup_high:.2f}×\n" if rec.speedup_high is not None else "unbounded\n"))
+            f"95% interval {rec.speedup_low:.2f}×–" + (f"{rec.speedup_high:.2f}×" if rec.speedup_high is not None else "unbounded")
+            + two_speeds(mine, "Your current settings", result, run_noise(result.configs)) + "\n")
+
+
+def two_speeds(config: ConfigResult, who: str, result: ScanResult, noise: RunNoise) -> str:
+    """A sentence where the config the gain is over ran at separate speeds by its allocator's state
+    (``noise.speeds_apart``): the gain is the race's, at the speed its legs had."""
+    apart = speeds_apart(config, noise, noise_floor_of(result))
+    if apart is None:
+        return ""
+    return (f". {who} ran at {rate(apart[0])}–{rate(apart[1])} samples/s in this scan's runs: their speed rests on "
+            "their allocator's state (see the notes), and so does the gain over them")
 
 
 def print_report(console: Console, result: ScanResult, rows: list[Row] | None = None) -> None:
