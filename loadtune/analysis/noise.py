@@ -137,9 +137,9 @@ def long_run(config: ConfigResult, noise: RunNoise) -> Estimate | None:
     for a config whose speed rests on its allocator's state, widened to span every run of it measured,
     legs included (module docstring)."""
     est = learned_interval(alone(config), noise)
-    if est is None or not spans_runs(config):
-        return est
     levels = [math.exp(x) for x, _ in run_levels(config)]
+    if est is None or len(levels) < 2 or not takes_fresh_pages(config):  # ``spans_runs``, levels read once
+        return est
     return Estimate(est.median, min(est.low, *levels), max(est.high, *levels), est.q1, est.q3, est.n)
 
 

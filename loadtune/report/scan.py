@@ -313,7 +313,7 @@ def gain_text(result: ScanResult, rec, pick: ConfigResult, noise: RunNoise) -> s
     """The panel's line on what the pick gains: over the user's own settings (``--current``), else
     over PyTorch's defaults, or why the defaults themselves win."""
     if result.settings.current is not None:
-        return current_text(result, rec)
+        return current_text(result, rec, noise)
     if rec.speedup is not None and rec.baseline != rec.config:
         defaults = result.config_result(rec.baseline)
         base = alone(defaults).estimate
@@ -370,7 +370,7 @@ def speedup_how(rec) -> str:
             if rec.speedup_rounds else "from figures measured at different times")
 
 
-def current_text(result: ScanResult, rec) -> str:
+def current_text(result: ScanResult, rec, noise: RunNoise) -> str:
     """The panel's line against the user's own settings (``--current``): the gain over them, measured
     as the gain over PyTorch's defaults is, or "keep what you have"."""
     mine = next((c for c in result.configs if c.config.key == result.settings.current), None)
@@ -385,7 +385,7 @@ def current_text(result: ScanResult, rec) -> str:
     how = speedup_how(rec)
     return (f"{rec.speedup:.2f}× your current settings ({label}: {rate(alone(mine).estimate.median)} samples/s), {how}, "
             f"95% interval {rec.speedup_low:.2f}×–" + (f"{rec.speedup_high:.2f}×" if rec.speedup_high is not None else "unbounded")
-            + two_speeds(mine, "Your current settings", result, run_noise(result.configs)) + "\n")
+            + two_speeds(mine, "Your current settings", result, noise) + "\n")
 
 
 def two_speeds(config: ConfigResult, who: str, result: ScanResult, noise: RunNoise) -> str:
