@@ -182,12 +182,12 @@ def test_a_loader_at_its_allocators_two_speeds_widens_its_own_interval_not_every
     w0_est, w2_est = long_run(configs[0], noise), long_run(configs[1], noise)
     assert w2_est.rel_spread < 0.30 and w2_est.low <= 655 and w2_est.high >= 705
     assert w0_est.low < 340 and w0_est.high > 540  # each run's level is its blocks' median: within 2-3%
-    slowest, fastest = speeds_apart(configs[0], noise, 0.02)  # the panel names them beside a gain over w0
-    assert slowest < 340 and fastest > 540 and speeds_apart(configs[1], noise, 0.02) is None
+    slowest, fastest = speeds_apart(configs[0], noise)  # the panel names them beside a gain over w0
+    assert slowest < 340 and fastest > 540 and speeds_apart(configs[1], noise) is None
 
     pooled = run_noise(by_config(allocator_runs(modes, 0.0, rng) + w2))
     assert pooled.df == 6 and pooled.between > 0.15
     assert long_run(by_config(allocator_runs(modes, 0.0, rng) + w2)[1], pooled).rel_spread > 0.6
 
     agreeing = by_config(allocator_runs([540.0, 545.0, 550.0, 538.0], 0.2, rng) + w2)
-    assert run_noise(agreeing).df == 6 and speeds_apart(agreeing[0], run_noise(agreeing), 0.02) is None
+    assert run_noise(agreeing).df == 6 and speeds_apart(agreeing[0], run_noise(agreeing)) is None

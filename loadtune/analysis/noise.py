@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 from loadtune.analysis.footprint import takes_fresh_pages
 from loadtune.analysis.stats import Ratio, indistinguishable, ratio
+from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import Estimate, median_stderr, t975
 from loadtune.model.results import ConfigResult, Trial
 
@@ -42,6 +44,7 @@ class RunNoise:
     between: float
     df: int
     within: float = 0.0
+    apart: tuple[TrialConfig, ...] = ()  # configs kept out for running at separate speeds (``run_noise``)
 
     @property
     def learned(self) -> bool:
@@ -78,7 +81,7 @@ class Spread:
     def df(self) -> int:
         return len(self.levels) - 1
 
-    @property
+    @cached_property
     def squares(self) -> float:
         mean = statistics.fmean(self.levels)
         return sum((x - mean) ** 2 for x in self.levels)
@@ -109,15 +112,19 @@ def run_noise(configs: list[ConfigResult]) -> RunNoise:
     levels about their config's mean, less what the runs' own blocks explain. A config whose speed
     rests on its allocator's state (module docstring) stays out of the pool where its runs ran at
     separate speeds, judged by the others' spread: those speeds are its own, not the machine's."""
-    steady, fresh = [], []
+    steady, fresh = [], {}
     for config in configs:
         if (spread := spread_of(config)) is not None:
-            (fresh if takes_fresh_pages(config) else steady).append(spread)
+            if takes_fresh_pages(config):
+                fresh[config.config] = spread
+            else:
+                steady.append(spread)
     base = pooled(steady)
     if not base.learned:
-        return pooled(fresh)
+        return pooled(list(fresh.values()))
     variance = sum(s.squares for s in steady) / base.df
-    return pooled(steady + [s for s in fresh if not s.gapped(variance, base.df)])
+    apart = tuple(c for c, s in fresh.items() if s.gapped(variance, base.df))
+    return replace(pooled(steady + [s for c, s in fresh.items() if c not in apart]), apart=apart)
 
 
 def alone(config: ConfigResult) -> ConfigResult:
@@ -149,14 +156,14 @@ def spans_runs(config: ConfigResult) -> bool:
     return takes_fresh_pages(config) and len(run_levels(config)) > 1
 
 
-def speeds_apart(config: ConfigResult, noise: RunNoise, minimum: float) -> tuple[float, float] | None:
-    """The slowest and the fastest of its runs where its speed rests on its allocator's state and they
-    lie further apart than two runs of one config land 95% of the time (``tie_floor``): a gain over it
-    holds at the speed its runs in the race had, and another process may land at another."""
-    if not spans_runs(config):
+def speeds_apart(config: ConfigResult, noise: RunNoise) -> tuple[float, float] | None:
+    """The slowest and the fastest of its runs where ``run_noise`` kept it out of the pool for running
+    at separate speeds (``RunNoise.apart``): a gain over it holds at the speed its runs in the race
+    had, and another process may land at another."""
+    if config.config not in noise.apart:
         return None
     levels = sorted(math.exp(x) for x, _ in run_levels(config))
-    return (levels[0], levels[-1]) if levels[-1] / levels[0] - 1 > tie_floor(noise, minimum) else None
+    return levels[0], levels[-1]
 
 
 def learned_interval(config: ConfigResult, noise: RunNoise) -> Estimate | None:

@@ -391,7 +391,7 @@ def current_text(result: ScanResult, rec, noise: RunNoise) -> str:
 def two_speeds(config: ConfigResult, who: str, result: ScanResult, noise: RunNoise) -> str:
     """A sentence where the config the gain is over ran at separate speeds by its allocator's state
     (``noise.speeds_apart``): the gain is the race's, at the speed its legs had."""
-    apart = speeds_apart(config, noise, noise_floor_of(result))
+    apart = speeds_apart(config, noise)
     if apart is None:
         return ""
     return (f". {who} ran at {rate(apart[0])}–{rate(apart[1])} samples/s in this scan's runs: their speed rests on "

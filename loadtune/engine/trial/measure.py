@@ -302,6 +302,12 @@ class Meter:
                 return candidate
         return getattr(getattr(self.loader, "loader", self.loader), "_iterator", None)
 
+    @property
+    def between_epochs(self) -> bool:
+        """Resting at an epoch boundary of whole-epoch phases: its workers have nothing made ahead or
+        half made."""
+        return self.aligned and self.iterator is None
+
     def _next(self) -> Any:
         if self.iterator is None:
             self.epoch_started = time.perf_counter()
