@@ -34,7 +34,7 @@ from pathlib import Path
 
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.harness import Ending, OnEvent, TrialProcess, settle
-from loadtune.engine.trial.measure import TrialFailure, finish_trial
+from loadtune.engine.trial.measure import SizeTally, TrialFailure, batch_sizes, finish_trial
 from loadtune.engine.trial.paired import SETTLE_BLOCKS, freezable, freeze, frozen_turn, open_meters, timed_turn
 from loadtune.engine.trial.paired import settle as settle_workers
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, TrialRun
@@ -108,6 +108,8 @@ class SideEntry:
         meters, firsts = open_meters({SIDE: (run.spec, config)}, device, timing, request.options, request.workload,
                                      deadline, lambda role, kind, payload: run.emit(kind, payload), self.whole_epochs)
         meter = meters[SIDE]
+        if meter.count.sizes is not None:
+            meter.count.sizes = SizeTally()  # the turns' batches, not the warm-up's
         frozen = self.frozen and freezable(meter, config)
         if frozen:
             freeze(meter)
@@ -127,6 +129,8 @@ class SideEntry:
             try:
                 while (block_s := run.conn.recv().payload) is not None:
                     run.emit(Kind.BLOCK, turn(block_s))
+                # how its batches vary, as a trial alone records it; its screening trial already warned
+                batch_sizes(meter.count, config.batch_size, run.emit, warn=False)
             finally:
                 if frozen:
                     freeze(meter, stop=False)  # its workers must hear the loader's shutdown

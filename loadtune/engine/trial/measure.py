@@ -550,15 +550,15 @@ def finish_trial(timed: Callable[[], None], device: torch.device, config: TrialC
     measured()
 
 
-def batch_sizes(count: SampleCounter, batch_size: int, emit: Callable[[str, Any], None]) -> None:
-    """A loader that batches by itself: the sizes of the batches timed, and a warning when they are all
-    of one size other than the batch size declared for it. Batches that vary by design (a token
-    budget) have no one size to declare: they are labelled by their mean, and nothing is said."""
+def batch_sizes(count: SampleCounter, batch_size: int, emit: Callable[[str, Any], None], warn: bool = True) -> None:
+    """A loader that batches by itself: the sizes of the batches timed, and (``warn``) a warning when
+    they are all of one size other than the batch size declared for it. Batches that vary by design (a
+    token budget) have no one size to declare: they are labelled by their mean, and nothing is said."""
     sizes = count.sizes.result() if count.sizes is not None else None
     if sizes is None:
         return
     emit("batch_sizes", sizes)
-    if count.declared and not sizes.varying and sizes.largest != batch_size:
+    if warn and count.declared and not sizes.varying and sizes.largest != batch_size:
         n = sizes.largest
         emit("warning", f"the loader's batches hold {n} samples, not the batch size {batch_size} the scan was given: "
                         f"samples/s counts what arrives, but labels and check's calibration use {batch_size}; set batch_size to {n}")
