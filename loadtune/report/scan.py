@@ -320,7 +320,7 @@ def gain_text(result: ScanResult, rec, pick: ConfigResult, noise: RunNoise) -> s
         return (f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
                 f"at batch size {rec.baseline.batch_size}), {speedup_how(rec)}, 95% interval {rec.speedup_low:.2f}×–"
                 + (f"{rec.speedup_high:.2f}×" if rec.speedup_high is not None else "unbounded")
-                + two_speeds(defaults, "PyTorch's defaults", result, noise) + "\n")
+                + two_speeds(defaults, "PyTorch's defaults", noise) + "\n")
     if rec.baseline != rec.config:
         return "PyTorch's defaults were not measured at this batch size.\n"
     raced = {c: r for c, r in relative_to(result.trials, rec.config).items() if c.num_workers}
@@ -385,10 +385,10 @@ def current_text(result: ScanResult, rec, noise: RunNoise) -> str:
     how = speedup_how(rec)
     return (f"{rec.speedup:.2f}× your current settings ({label}: {rate(alone(mine).estimate.median)} samples/s), {how}, "
             f"95% interval {rec.speedup_low:.2f}×–" + (f"{rec.speedup_high:.2f}×" if rec.speedup_high is not None else "unbounded")
-            + two_speeds(mine, "Your current settings", result, noise) + "\n")
+            + two_speeds(mine, "Your current settings", noise) + "\n")
 
 
-def two_speeds(config: ConfigResult, who: str, result: ScanResult, noise: RunNoise) -> str:
+def two_speeds(config: ConfigResult, who: str, noise: RunNoise) -> str:
     """A sentence where the config the gain is over ran at separate speeds by its allocator's state
     (``noise.speeds_apart``): the gain is the race's, at the speed its legs had."""
     apart = speeds_apart(config, noise)

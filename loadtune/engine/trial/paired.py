@@ -200,7 +200,7 @@ def resume(meter: Meter, workers: int, deadline: float) -> None:
     from the turn's start, a loader without workers raced beside one with two read 2-6% below its rate
     alone."""
     meter.mark = time.perf_counter()
-    if meter.between_epochs:  # nothing was done ahead
+    if meter.between_epochs:  # resting at an epoch boundary: nothing was done ahead
         return
     iterator = meter.loader_iterator
     ahead = ready_batches(iterator) if iterator is not None else None
@@ -298,7 +298,7 @@ def frozen_turn(meter: Meter, config: TrialConfig, block_s: float, deadline: flo
     workers = max(1, config.num_workers)
     freeze(meter, stop=False)
     meter.mark = time.perf_counter()
-    if not meter.between_epochs:  # else nothing is half made
+    if not meter.between_epochs:  # (at an epoch boundary nothing is half made)
         meter.phase(0.0, workers, deadline)
     block = meter.phase(block_s, workers, deadline, multiple=workers)
     freeze(meter)  # not on failure: a failed loader's workers must hear its shutdown
