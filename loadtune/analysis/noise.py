@@ -145,7 +145,7 @@ def long_run(config: ConfigResult, noise: RunNoise) -> Estimate | None:
     legs included (module docstring)."""
     est = learned_interval(alone(config), noise)
     levels = [math.exp(x) for x, _ in run_levels(config)]
-    if est is None or len(levels) < 2 or not takes_fresh_pages(config):  # ``spans_runs``, levels read once
+    if est is None or not spans(config, levels):
         return est
     return Estimate(est.median, min(est.low, *levels), max(est.high, *levels), est.q1, est.q3, est.n)
 
@@ -153,7 +153,12 @@ def long_run(config: ConfigResult, noise: RunNoise) -> Estimate | None:
 def spans_runs(config: ConfigResult) -> bool:
     """Its interval spans every run of it measured: its speed rests on its allocator's state, and it ran
     more than once."""
-    return takes_fresh_pages(config) and len(run_levels(config)) > 1
+    return spans(config, run_levels(config))
+
+
+def spans(config: ConfigResult, levels: list) -> bool:
+    """``spans_runs`` given the config's run levels, where the caller has read them already."""
+    return len(levels) > 1 and takes_fresh_pages(config)
 
 
 def speeds_apart(config: ConfigResult, noise: RunNoise) -> tuple[float, float] | None:
