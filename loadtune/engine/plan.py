@@ -91,13 +91,14 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     settings = ScanSettings(options=opts, device=device, grid_size=len(configs), references=[c.key for c in references],
                             planned=[c.key for c in configs], max_workers=reachable_workers(opts, space, info.usable_cores),
                             current=current.key if current else None)
+    # the options' own conflicts first: a user mistake is named before anything about the device
+    if opts.step_ms is not None and spec.step is not None:
+        raise OptionsError("the spec defines step(batch) and step_ms is given: the synthetic step would replace yours; "
+                           "drop one of them")
     if isinstance(source, LoadedSpec) and accelerator:
         check_picklable(source)
     if isinstance(source, LoadedSpec):  # a class from a notebook cell: refused where a new process must import it
         check_main_objects(source, device, {c.start_method or info.start_method for c in configs + references if c.num_workers})
-    if opts.step_ms is not None and spec.step is not None:
-        raise OptionsError("the spec defines step(batch) and step_ms is given: the synthetic step would replace yours; "
-                           "drop one of them")
     ranks = distributed.setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, device,
                                   opts.blocks * opts.block_time)
     if ranks is not None:
