@@ -42,7 +42,7 @@ from pathlib import Path
 from loadtune.analysis.footprint import fresh_page_takers
 from loadtune.analysis.noise import long_run, run_noise
 from loadtune.analysis.race import legs, pair_logs, race_ratio, verdict
-from loadtune.engine.race import RaceRun, race, run_leg
+from loadtune.engine.race import TURN_SHARE, RaceRun, race, run_leg
 from loadtune.engine.scan import scan
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.measure import LoaderOptions, Timing
@@ -112,14 +112,15 @@ def plain_rate(spec: str, batch: int, workers: int, warm_s: float, timed_s: floa
     return float(rate), float(faults)
 
 
-def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int) -> dict:
+def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int, turn_share: float = TURN_SHARE) -> dict:
     opts = ScanOptions()
     timing = Timing(warmup_s=opts.warmup, block_s=opts.block_time, blocks=opts.blocks, max_s=opts.timeout * 0.8,
                     min_blocks=opts.min_blocks)
     request = TrialRequest(a, "cpu", timing, LoaderOptions(shuffle=True, seed=seed), opts.timeout, "fork")
     trials: list = []
     started = time.monotonic()
-    run = RaceRun(lambda cs, n: run_leg(SpecRef(spec), request, cs, n, seed * 100 + n), lambda s: True, trials.extend)
+    run = RaceRun(lambda cs, n: run_leg(SpecRef(spec), request, cs, n, seed * 100 + n, turn_share=turn_share),
+                  lambda s: True, trials.extend)
     how = race(trials, [a, b], NOISE_FLOOR, run, LEGS)
     r = race_ratio(trials, a, b)
     v = verdict(trials, NOISE_FLOOR)
@@ -184,6 +185,9 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
     p.add_argument("--scans", type=int, default=0, help="scans of each pair, for the absolute intervals")
     p.add_argument("--out")
     p.add_argument("--rescore", type=Path, help="score a saved run's scans again, measure nothing")
+    p.add_argument("--other-turn-share", type=float, help="also race each pair with turns of this share of the "
+                   "block (the engine's is %s), alternating with the default races: each set scored against the same "
+                   "long runs" % TURN_SHARE)
     args = p.parse_args()
     if args.rescore:
         return rescore(args.rescore)
@@ -194,7 +198,7 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
         path, batch, wa, wb, persistent = PAIRS[name]
         spec = str((HERE / path).resolve())
         a, b = worker_config(batch, wa, persistent), worker_config(batch, wb, persistent)
-        races, rounds, scans = [], [], []
+        races, rounds, scans, other = [], [], [], []
         for i in range(max(args.races, args.long_rounds, args.scans)):
             if i < args.long_rounds:
                 order = [(wa, "a"), (wb, "b")] if i % 2 == 0 else [(wb, "b"), (wa, "a")]
@@ -204,6 +208,8 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
                 rounds.append(got)
             if i < args.races:
                 races.append(one_race(spec, a, b, i))
+                if args.other_turn_share:
+                    other.append(one_race(spec, a, b, i, args.other_turn_share))
             if i < args.scans:
                 scans.append(one_scan(spec, batch, wa, wb, persistent, i))
             print(f"{name} {i + 1}: long {rounds[-1] if i < args.long_rounds else '-'} race "
@@ -211,19 +217,30 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
         logs = [math.log(r["a"] / r["b"]) for r in rounds]
         truth = math.exp(statistics.fmean(logs))
         half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
-        held = sum(1 for r in races if r["low"] <= truth <= r["high"])
         absolute = absolute_scores(scans, rounds, {"a": a, "b": b})
         out["archetypes"][name] = {"a": a.label(), "b": b.label(), "a_config": a.to_dict(), "b_config": b.to_dict(),
                                    "long_ratio": truth, "long_low": truth * math.exp(-half), "long_high": truth * math.exp(half),
-                                   "long_rounds": rounds, "races": races, "held": held,
-                                   "halfwidths": [max(r["high"] / r["ratio"] - 1, 1 - r["low"] / r["ratio"]) for r in races],
-                                   "scans": scans, "absolute": absolute}
+                                   "long_rounds": rounds, **scored(races, truth), "scans": scans, "absolute": absolute}
+        held = out["archetypes"][name]["held"]
+        if other:
+            out["archetypes"][name]["other_turn_share"] = {"share": args.other_turn_share, **scored(other, truth)}
         out["summary"] = summary(out["archetypes"])
         write_atomic(Path(args.out), json.dumps(out, indent=1) + "\n")
         print(f"{name}: long-run ratio {truth:.3f} ({truth * math.exp(-half):.3f}–{truth * math.exp(half):.3f}); "
               f"race intervals holding it: {held}/{len(races)}; long runs inside the scans' intervals: "
               f"{absolute['held']}/{absolute['pairs']}", flush=True)
+        for entry in [e for e in [out["archetypes"][name]] if e["races"]] + ([out["archetypes"][name]["other_turn_share"]] if other else []):
+            print(f"  turns of {entry.get('share', TURN_SHARE)} of a block: held {entry['held']}/{len(entry['races'])}, "
+                  f"lean {entry['lean']:+.1%}, race {statistics.median(r['seconds'] for r in entry['races']):.1f} s", flush=True)
     print(json.dumps(out["summary"], indent=1))
+
+
+def scored(races: list[dict], truth: float) -> dict:
+    """Races against the long runs' ratio: how many intervals hold it, their half-widths, and the lean
+    (the mean log of race / long runs, which a race's interval does not include)."""
+    return {"races": races, "held": sum(1 for r in races if r["low"] <= truth <= r["high"]),
+            "halfwidths": [max(r["high"] / r["ratio"] - 1, 1 - r["low"] / r["ratio"]) for r in races],
+            "lean": statistics.fmean(math.log(r["ratio"] / truth) for r in races) if races else None}
 
 
 def summary(archetypes: dict) -> dict:
@@ -236,13 +253,26 @@ def summary(archetypes: dict) -> dict:
     return {"held": sum(v["held"] for v in got), "races": len(races),
             "median_halfwidth": median([h for v in got for h in v["halfwidths"]]),
             "median_race_seconds": median([r["seconds"] for r in races]),
+            "leans": [v.get("lean") for v in got],
             "median_reference_halfwidth": median([v["long_high"] / v["long_ratio"] - 1 for v in got]),
             "absolute_held": sum(v["absolute"]["held"] for v in got),
             "absolute_pairs": sum(v["absolute"]["pairs"] for v in got),
             "absolute_fresh_held": sum(v["absolute"].get("fresh_held", 0) for v in got),
             "absolute_fresh_pairs": sum(v["absolute"].get("fresh_pairs", 0) for v in got),
             "absolute_median_halfwidth": median([h for v in got for h in v["absolute"]["halfwidths"]]),
-            "median_scan_seconds": median([s["seconds"] for v in got for s in v["scans"]])}
+            "median_scan_seconds": median([s["seconds"] for v in got for s in v["scans"]]),
+            "other_turn_share": other_summary([v["other_turn_share"] for v in got if "other_turn_share" in v])}
+
+
+def other_summary(others: list[dict]) -> dict | None:
+    """The races with turns of another length, over every archetype."""
+    if not others:
+        return None
+    races = [r for o in others for r in o["races"]]
+    return {"share": others[0]["share"], "held": sum(o["held"] for o in others), "races": len(races),
+            "median_halfwidth": statistics.median([h for o in others for h in o["halfwidths"]]),
+            "median_race_seconds": statistics.median([r["seconds"] for r in races]),
+            "leans": [o["lean"] for o in others]}
 
 
 if __name__ == "__main__":

@@ -43,17 +43,21 @@ WIDE = 0.10
 # of the scan's warm-up, per raced loader and per screening trial the race follows: its start-up backlog is
 # drained whatever this is
 WARMUP_SHARE = 0.5
+# a turn's length, as a share of the scan's block: a leg times PAIRS_PER_LEG turn pairs per config
+TURN_SHARE = 0.5
 
 
 def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[TrialConfig], number: int,
-            seed: int, on_event: Callable[[str, Any], None] | None = None, frozen: bool = True) -> list[Trial]:
+            seed: int, on_event: Callable[[str, Any], None] | None = None, frozen: bool = True,
+            turn_share: float = TURN_SHARE) -> list[Trial]:
     """One leg: ``configs`` raced, a live process each. Returns each config's trial of the leg (failed,
     with its own error or the leg's, where the leg failed or the config timed no block). ``frozen``
-    False: resting loaders' workers run on and settle (as ``check --against``'s), for comparison."""
+    False: resting loaders' workers run on and settle (as ``check --against``'s), for comparison;
+    ``turn_share`` other than ``TURN_SHARE``: turns of another length, for comparison."""
     timing = replace(request.timing, warmup_s=request.timing.warmup_s * WARMUP_SHARE)
     entry = SideEntry(whole_epochs=False, frozen=frozen)
     sides = {i: (source, replace(request, config=c, timing=timing, entry=entry)) for i, c in enumerate(configs)}
-    got = run_in_turns(sides, race_orders(len(configs), PAIRS_PER_LEG, seed), request.timing.block_s / 2,
+    got = run_in_turns(sides, race_orders(len(configs), PAIRS_PER_LEG, seed), request.timing.block_s * turn_share,
                        on_event=on_event)
     trials = [got[i] for i in range(len(configs))]
     failed = next((t.error for t in trials if t.error is not None), None)
