@@ -26,6 +26,9 @@ from pathlib import Path
 
 from meta import run_meta
 
+from loadtune.analysis.race import race_ratio, raced_configs
+from loadtune.model.results import ScanResult
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 ARCHETYPES = ["cpu_bound", "heavy_tail", "iterable", "large_tensors", "storage_latency", "tiny_dataset"]
@@ -59,7 +62,29 @@ def one_scan(tree: Path, archetype: str, out: Path) -> dict:
     data = json.loads(out.read_text()) if out.exists() else {}
     pick = (data.get("recommendation") or {}).get("config")
     return {"exit": proc.returncode, "wall_s": round(wall, 1), "answer_s": round(answer or wall, 1),
-            "trials": len(data.get("trials", [])), "pick": pick, "stderr_tail": stderr[-400:] if proc.returncode else None}
+            "trials": len(data.get("trials", [])), "pick": pick, "stderr_tail": stderr[-400:] if proc.returncode else None,
+            **race_widths(data)}
+
+
+def race_widths(data: dict) -> dict:
+    """How decisive the scan's race was: the half-widths of the pick's ratio intervals to the runner-up
+    (the raced config nearest it) and to PyTorch's defaults, where they were raced (read by today's
+    ``analysis.race`` from the saved trials)."""
+    try:
+        result = ScanResult.from_dict(data)
+    except Exception:  # noqa: BLE001 - an earlier version's file, or none: no figure rather than no run
+        return {}
+    rec = result.recommendation
+    if rec is None:
+        return {}
+    ratios = {c: race_ratio(result.trials, c, rec.config) for c in raced_configs(result.trials) if c != rec.config}
+    ratios = {c: r for c, r in ratios.items() if r is not None}
+    if not ratios:
+        return {}
+    runner_up = max(ratios, key=lambda c: ratios[c].value)
+    defaults = next((ratios[c] for c in ratios if c.key in result.settings.references), None)
+    return {"runner_up_halfwidth": ratios[runner_up].halfwidth,
+            "defaults_halfwidth": defaults.halfwidth if defaults is not None else None}
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -81,7 +106,15 @@ def summarise(runs: list[dict]) -> dict:
     return {"archetypes": cells, "before_total_s": before_total, "after_total_s": after_total,
             "ratio_total": after_total / before_total if before_total else None,
             "before_answer_total_s": before_answer, "after_answer_total_s": after_answer,
-            "answer_ratio_total": after_answer / before_answer if before_answer else None}
+            "answer_ratio_total": after_answer / before_answer if before_answer else None,
+            "race_halfwidth": {which: median_width(runs, which) for which in ("before", "after")}}
+
+
+def median_width(runs: list[dict], which: str) -> float | None:
+    """The median half-width of the pick's intervals to the runner-up and to the defaults, over every scan."""
+    widths = [r[which].get(k) for r in runs for k in ("runner_up_halfwidth", "defaults_halfwidth")]
+    widths = [w for w in widths if w is not None]
+    return statistics.median(widths) if widths else None
 
 
 def main() -> None:
@@ -117,6 +150,7 @@ def main() -> None:
               f"{c['after_answer_s']:.0f} |")
     print(f"| all | {s['before_total_s']:.0f} | {s['after_total_s']:.0f} | {s['ratio_total']:.2f} | "
           f"{s['before_answer_total_s']:.0f} | {s['after_answer_total_s']:.0f} ({s['answer_ratio_total']:.2f}) |")
+    print(f"median half-width, pick vs runner-up and vs defaults: {s['race_halfwidth']}")
 
 
 if __name__ == "__main__":
