@@ -68,8 +68,8 @@ def one_scan(tree: Path, archetype: str, out: Path) -> dict:
 
 def race_widths(data: dict) -> dict:
     """How decisive the scan's race was: the half-widths of the pick's ratio intervals to the runner-up
-    (the raced config nearest it) and to PyTorch's defaults, where they were raced (read by today's
-    ``analysis.race`` from the saved trials)."""
+    (the raced config nearest it) and to PyTorch's defaults (or ``--current``), where they were raced
+    (read by today's ``analysis.race`` from the saved trials)."""
     try:
         result = ScanResult.from_dict(data)
     except Exception:  # noqa: BLE001 - an earlier version's file, or none: no figure rather than no run
@@ -82,7 +82,8 @@ def race_widths(data: dict) -> dict:
     if not ratios:
         return {}
     runner_up = max(ratios, key=lambda c: ratios[c].value)
-    defaults = next((ratios[c] for c in ratios if c.key in result.settings.references), None)
+    current = result.settings.current
+    defaults = next((ratios[c] for c in ratios if c.key == current or (current is None and c.is_pytorch_default)), None)
     return {"runner_up_halfwidth": ratios[runner_up].halfwidth,
             "defaults_halfwidth": defaults.halfwidth if defaults is not None else None}
 
