@@ -229,7 +229,8 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
         print(f"{name}: long-run ratio {truth:.3f} ({truth * math.exp(-half):.3f}–{truth * math.exp(half):.3f}); "
               f"race intervals holding it: {held}/{len(races)}; long runs inside the scans' intervals: "
               f"{absolute['held']}/{absolute['pairs']}", flush=True)
-        for entry in [e for e in [out["archetypes"][name]] if e["races"]] + ([out["archetypes"][name]["other_turn_share"]] if other else []):
+        got = out["archetypes"][name]
+        for entry in [e for e in [got, got.get("other_turn_share")] if e and e["races"]]:
             print(f"  turns of {entry.get('share', TURN_SHARE)} of a block: held {entry['held']}/{len(entry['races'])}, "
                   f"lean {entry['lean']:+.1%}, race {statistics.median(r['seconds'] for r in entry['races']):.1f} s", flush=True)
     print(json.dumps(out["summary"], indent=1))

@@ -35,9 +35,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import loadtune.engine.trial.duet as duet
-from loadtune.engine.race import WARMUP_SHARE
+from loadtune.engine.race import TURN_SHARE, leg_request
 from loadtune.engine.spec import SpecRef
-from loadtune.engine.trial.duet import SideEntry, run_in_turns
+from loadtune.engine.trial.duet import run_in_turns
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.engine.trial.paired import race_orders
@@ -94,9 +94,8 @@ def main() -> None:
     config = TrialConfig(batch, args.workers, False, 2, True)
     other = TrialConfig(batch, args.neighbour, False, 2 if args.neighbour else None, bool(args.neighbour))
     request = TrialRequest(config, "cpu", timing, LoaderOptions(shuffle=True, seed=1), opts.timeout, "fork")
-    leg_request = replace(request, timing=replace(timing, warmup_s=timing.warmup_s * WARMUP_SHARE),
-                          entry=SideEntry(whole_epochs=False, frozen=True))
-    turn_s = timing.block_s / 2  # the race's
+    raced = leg_request(request)
+    turn_s = timing.block_s * TURN_SHARE  # the race's
     ctx = mp.get_context("fork")
     flag, stop = ctx.Event(), ctx.Event()
     helper = ctx.Process(target=spin_while, args=(flag, stop), daemon=True)
@@ -119,11 +118,11 @@ def main() -> None:
             for m in MODES if r % 2 == 0 else MODES[::-1]:
                 if m == "duo":
                     mode["now"] = "none"
-                    sides = {0: (spec, leg_request), 1: (spec, replace(leg_request, config=other))}
+                    sides = {0: (spec, raced), 1: (spec, replace(raced, config=other))}
                     got = run_in_turns(sides, list(race_orders(2, max(1, args.turns // 2), r)), turn_s)
                 else:
                     mode["now"] = m
-                    got = run_in_turns({0: (spec, leg_request)}, [(0,)] * args.turns, turn_s)
+                    got = run_in_turns({0: (spec, raced)}, [(0,)] * args.turns, turn_s)
                 row[m] = geomean([b.rate for b in got[0].blocks])
             out["rounds"].append(row)
             print(f"round {r}: alone {row['alone']:.0f}; "

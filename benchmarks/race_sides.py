@@ -22,9 +22,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from loadtune.engine.race import TURN_SHARE, WARMUP_SHARE
+from loadtune.engine.race import TURN_SHARE, leg_request
 from loadtune.engine.spec import SpecRef
-from loadtune.engine.trial.duet import SideEntry, run_in_turns
+from loadtune.engine.trial.duet import run_in_turns
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.engine.trial.paired import race_orders
@@ -58,8 +58,7 @@ def main() -> None:
     workers = {"a": wa, "b": wb}
     alone = {k: TrialRequest(c, "cpu", timing, LoaderOptions(shuffle=True, seed=1), opts.timeout, "fork")
              for k, c in configs.items()}
-    turns = {k: replace(r, timing=replace(timing, warmup_s=timing.warmup_s * WARMUP_SHARE),
-                        entry=SideEntry(whole_epochs=False, frozen=True)) for k, r in alone.items()}
+    turns = {k: leg_request(r) for k, r in alone.items()}
     turn_s = timing.block_s * TURN_SHARE
     out = {"meta": run_meta(), "command": " ".join(sys.argv), "a": configs["a"].label(), "b": configs["b"].label(),
            "rounds": []}

@@ -54,9 +54,8 @@ def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[T
     with its own error or the leg's, where the leg failed or the config timed no block). ``frozen``
     False: resting loaders' workers run on and settle (as ``check --against``'s), for comparison;
     ``turn_share`` other than ``TURN_SHARE``: turns of another length, for comparison."""
-    timing = replace(request.timing, warmup_s=request.timing.warmup_s * WARMUP_SHARE)
-    entry = SideEntry(whole_epochs=False, frozen=frozen)
-    sides = {i: (source, replace(request, config=c, timing=timing, entry=entry)) for i, c in enumerate(configs)}
+    raced = leg_request(request, frozen)
+    sides = {i: (source, replace(raced, config=c)) for i, c in enumerate(configs)}
     got = run_in_turns(sides, race_orders(len(configs), PAIRS_PER_LEG, seed), request.timing.block_s * turn_share,
                        on_event=on_event)
     trials = [got[i] for i in range(len(configs))]
@@ -68,6 +67,13 @@ def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[T
         if t.ok and failed is not None:  # a leg cut short by a neighbour's failure is no leg
             t.status, t.error = "failed", failed
     return trials
+
+
+def leg_request(request: TrialRequest, frozen: bool = True) -> TrialRequest:
+    """How a raced loader is asked for: its share of the warm-up, blocks cut by time (turns must stay
+    short and alike), frozen between its turns unless ``frozen`` is False."""
+    timing = replace(request.timing, warmup_s=request.timing.warmup_s * WARMUP_SHARE)
+    return replace(request, timing=timing, entry=SideEntry(whole_epochs=False, frozen=frozen))
 
 
 @dataclass
