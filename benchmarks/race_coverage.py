@@ -244,17 +244,24 @@ def scored(races: list[dict], truth: float) -> dict:
             "lean": statistics.fmean(math.log(r["ratio"] / truth) for r in races) if races else None}
 
 
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def races_summary(sets: list[dict]) -> dict:
+    """Scored sets of races (``scored``), one per archetype, taken together."""
+    races = [r for v in sets for r in v["races"]]
+    return {"held": sum(v["held"] for v in sets), "races": len(races),
+            "median_halfwidth": median([h for v in sets for h in v["halfwidths"]]),
+            "median_race_seconds": median([r["seconds"] for r in races]),
+            "leans": [v.get("lean") for v in sets]}
+
+
 def summary(archetypes: dict) -> dict:
     """The races' coverage and half-widths, the reference's, and the scans' absolute intervals'."""
-    def median(values: list[float]) -> float | None:
-        return statistics.median(values) if values else None
-
     got = list(archetypes.values())
-    races = [r for v in got for r in v["races"]]
-    return {"held": sum(v["held"] for v in got), "races": len(races),
-            "median_halfwidth": median([h for v in got for h in v["halfwidths"]]),
-            "median_race_seconds": median([r["seconds"] for r in races]),
-            "leans": [v.get("lean") for v in got],
+    others = [v["other_turn_share"] for v in got if "other_turn_share" in v]
+    return {**races_summary(got),
             "median_reference_halfwidth": median([v["long_high"] / v["long_ratio"] - 1 for v in got]),
             "absolute_held": sum(v["absolute"]["held"] for v in got),
             "absolute_pairs": sum(v["absolute"]["pairs"] for v in got),
@@ -262,18 +269,8 @@ def summary(archetypes: dict) -> dict:
             "absolute_fresh_pairs": sum(v["absolute"].get("fresh_pairs", 0) for v in got),
             "absolute_median_halfwidth": median([h for v in got for h in v["absolute"]["halfwidths"]]),
             "median_scan_seconds": median([s["seconds"] for v in got for s in v["scans"]]),
-            "other_turn_share": other_summary([v["other_turn_share"] for v in got if "other_turn_share" in v])}
-
-
-def other_summary(others: list[dict]) -> dict | None:
-    """The races with turns of another length, over every archetype."""
-    if not others:
-        return None
-    races = [r for o in others for r in o["races"]]
-    return {"share": others[0]["share"], "held": sum(o["held"] for o in others), "races": len(races),
-            "median_halfwidth": statistics.median([h for o in others for h in o["halfwidths"]]),
-            "median_race_seconds": statistics.median([r["seconds"] for r in races]),
-            "leans": [o["lean"] for o in others]}
+            # the races with turns of another length, over every archetype
+            "other_turn_share": {"share": others[0]["share"], **races_summary(others)} if others else None}
 
 
 if __name__ == "__main__":
