@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from conftest import SPECS, empty_result, fake_trial, quick_request
 
-from loadtune.analysis.race import (SLOWER, TIED, UNDECIDED, close, next_leg, pair_logs, race_order, race_ratio,
-                                    relative_to, standing_of, verdict)
+from loadtune.analysis.race import (SLOWER, TIED, UNDECIDED, after_another_leg, close, narrows, next_leg, pair_logs,
+                                    race_order, race_ratio, relative_to, standing_of, verdict)
 from loadtune.analysis.recommend import recommend
 from loadtune.engine import race as race_mod
 from loadtune.engine.race import RaceRun, ending_note, race
@@ -126,6 +126,47 @@ def test_a_decided_config_whose_interval_decides_nothing_races_on():
     assert next_leg(tight, 0.10) == []
 
 
+def legs_of(logs_by_leg: list[list[float]], a: TrialConfig = W1, b: TrialConfig = W2) -> list[Trial]:
+    """Legs whose turn pairs read exactly these log ratios of ``a`` to ``b``."""
+    trials = []
+    for n, logs in enumerate(logs_by_leg, start=1):
+        ta, tb = Trial(a, "ok", raced=True, round=n), Trial(b, "ok", raced=True, round=n)
+        for x in logs:
+            ta.blocks += [Block(round(1e6 * math.exp(x)), 1, 1.0)] * 2
+            tb.blocks += [Block(1_000_000, 1, 1.0)] * 2
+        trials += [ta, tb]
+    return trials
+
+
+def test_a_third_leg_narrows_two_disagreeing_legs_a_lot_and_a_steady_spread_little():
+    """Two legs whose means disagree leave one degree of freedom: ±1% pairs around legs 6% apart give an
+    interval of about ±30%, which a third leg would cut by more than half. Pairs spread ±12% in three legs
+    that agree give ±8%, and a fourth leg would narrow that by a fifth or so: racing on would cost a leg
+    and leave it far wider than ±5%."""
+    disagree = race_ratio(legs_of([[-0.03, -0.02, -0.04], [0.03, 0.02, 0.04]]), W1, W2)
+    assert disagree.df == 1 and disagree.between > 0 and disagree.halfwidth > 0.2
+    assert after_another_leg(disagree, 3) < disagree.halfwidth / 2
+    assert narrows(disagree, 0.05, 3)
+    steady = race_ratio(legs_of([[0.12, -0.12, 0.0], [0.12, -0.12, 0.0], [0.12, -0.12, 0.0]]), W1, W2)
+    assert steady.between == 0 and steady.df == 8 and 0.07 < steady.halfwidth < 0.10
+    assert 0.75 * steady.halfwidth < after_another_leg(steady, 3) < steady.halfwidth
+    assert not narrows(steady, 0.05, 3) and narrows(steady, 0.05, 0)  # without a leg's pairs: wider is enough
+
+
+def test_the_pick_races_on_with_a_config_whose_ratio_to_it_is_wide():
+    """The leader W4, the pick W2 (tied with it and cheaper): W1, decided slower than the leader, races on
+    with the pick because its ratio to the pick (the figure the table prints) is known only to ±30%, and
+    a third leg would narrow it; known to ±2%, nobody races on."""
+    from loadtune.analysis.race import LEADER, RaceVerdict, Standing
+    v = RaceVerdict(W4, [Standing(W4, LEADER, None), Standing(W2, TIED, None), Standing(W1, SLOWER, None)])
+    wide = race_ratio(legs_of([[-0.73, -0.72, -0.74], [-0.67, -0.68, -0.66]]), W1, W2)
+    tight = race_ratio(legs_of([[-0.70, -0.71, -0.69], [-0.70, -0.69, -0.71]]), W1, W2)
+    assert wide.halfwidth > 0.2 and tight.halfwidth < 0.05
+    assert next_leg(v, 0.05, FLOOR, 3, W2, {W1: wide, W4: tight}) == [W4, W2, W1]
+    assert next_leg(v, 0.05, FLOOR, 3, W2, {W1: tight, W4: tight}) == []
+    assert next_leg(v, 0.05, FLOOR, 3, W2, {W1: tight, W4: wide}) == [W4, W2]  # the leader's own ratio to the pick
+
+
 def test_an_undecided_config_that_another_leg_could_not_decide_rests():
     """0.975 with a ±2% interval sits on the 2% floor: three more turn pairs cannot move either test past
     it, so it rests (and is picked as when the legs run out); 0.95 with the same spread could be called
@@ -215,9 +256,10 @@ def test_the_race_stops_once_decided_but_not_before_every_config_ran_two_legs():
     assert verdict(simulated_leg({W4: 2000.0, W2: 1000.0, W1: 500.0}, 1, random.Random(0)), FLOOR).decided
     assert race(trials, [W4, W2, W1], FLOOR, run, 5) == "decided"
     assert legs[:race_mod.MIN_LEGS] == [[W4, W2, W1]] * race_mod.MIN_LEGS and verdict(trials, FLOOR).decided
-    # then only those whose interval is still wider than WIDE race on, until none is
-    assert all(leg[0] == W4 for leg in legs[race_mod.MIN_LEGS:]) and len(legs[-1]) < 3
-    assert all(s.ratio.halfwidth <= race_mod.WIDE for s in verdict(trials, FLOOR).standings if s.ratio is not None)
+    # then the leader with those whose interval is wider than WIDE where another leg would narrow it, until none is
+    assert all(leg[0] == W4 for leg in legs[race_mod.MIN_LEGS:])
+    assert not any(narrows(s.ratio, race_mod.WIDE, race_mod.PAIRS_PER_LEG) for s in verdict(trials, FLOOR).standings
+                   if s.ratio is not None)
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0}, seed=0)
     race(trials, [W4, W2], FLOOR, run, 1)
     assert len(legs) == 1

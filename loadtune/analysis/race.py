@@ -51,6 +51,8 @@ class RaceRatio:
     sure_high: float = math.inf
     se: float = 0.0  # of the log ratio, and its degrees of freedom: what another leg could narrow
     df: int = 0
+    within: float = 0.0  # the variance of one turn pair's log ratio within a leg, and what the legs add to
+    between: float = 0.0  # their mean beyond it (``mean_error``): how another leg would narrow the interval
 
     @property
     def halfwidth(self) -> float:
@@ -129,34 +131,49 @@ def race_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> RaceRatio
     if n < MIN_PAIRS:
         return None
     mean = statistics.fmean(logs)
-    se, df = mean_error(groups)
+    within, between = variance_parts(groups)
+    se, df = mean_error(within, between, n, len(groups))
     half, sure = t975(df) * se, t95(df) * se
     return RaceRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, len(groups),
-                     math.exp(mean - sure), math.exp(mean + sure), se, df)
+                     math.exp(mean - sure), math.exp(mean + sure), se, df, within, between)
 
 
-def mean_error(groups: list[list[float]]) -> tuple[float, int]:
-    """Standard error of the mean of the turn pairs, and its degrees of freedom, with legs as groups.
+def variance_parts(groups: list[list[float]]) -> tuple[float, float]:
+    """The turn pairs' variance within a leg, and what the legs add beyond it, with legs as groups.
 
     Within a leg the pairs share a process: its workers' placement on the cores, its memory layout.
     When the legs' means disagree beyond what their pairs' spread explains, that process-to-process
-    component is added for the mean over legs (a one-way random-effects model; Satterthwaite's degrees
-    of freedom), so a ratio that differs from one process to the next is not credited with the
-    precision of its many pairs. When they agree, it is the plain standard error over the pairs."""
+    component counts for the mean over legs (a one-way random-effects model), so a ratio that differs
+    from one process to the next is not credited with the precision of its many pairs. When they agree
+    (or there is one leg), there is no such component, and the within part is the pairs' plain variance."""
     logs = [x for g in groups for x in g]
     n, k = len(logs), len(groups)
-    if k < 2 or n - k < 1:
-        return statistics.stdev(logs) / math.sqrt(n), n - 1
-    within = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups) / (n - k)
-    m = n / k  # pairs per leg, on average
-    between = statistics.variance([statistics.fmean(g) for g in groups])  # of the legs' means
-    extra = max(0.0, between - within / m)  # what the legs add beyond their pairs' noise
-    a, b = within / n, extra / k
+    if k >= 2 and n - k >= 1:
+        within = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups) / (n - k)
+        legs_spread = statistics.variance([statistics.fmean(g) for g in groups])  # of the legs' means
+        extra = legs_spread - within / (n / k)  # beyond their pairs' noise (n / k pairs per leg)
+        if extra > 0:
+            return within, extra
+    return statistics.variance(logs), 0.0
+
+
+def mean_error(within: float, between: float, n: int, k: int) -> tuple[float, int]:
+    """Standard error of the mean of ``n`` turn pairs over ``k`` legs, and its degrees of freedom, from
+    the variance parts (``variance_parts``): Satterthwaite's where the legs add a part of their own."""
+    a, b = within / n, between / k
     if b <= 0:
-        pooled = statistics.variance(logs)
-        return math.sqrt(pooled / n), n - 1
+        return math.sqrt(a), n - 1
     df = (a + b) ** 2 / (a * a / (n - k) + b * b / (k - 1))
     return math.sqrt(a + b), max(1, int(df))
+
+
+def after_another_leg(ratio: RaceRatio, pairs: int) -> float:
+    """The half-width (relative) ``ratio``'s interval would have after one more leg of ``pairs`` turn
+    pairs, were its variance parts to stay as measured: more pairs shrink the within part, one more leg
+    the legs' part, and both add degrees of freedom. Two legs that disagree leave one degree of freedom
+    (t = 12.7); a third gives two or more (t <= 4.3)."""
+    se, df = mean_error(ratio.within, ratio.between, ratio.pairs + pairs, ratio.legs + 1)
+    return math.exp(t975(df) * se) - 1
 
 
 def t95(df: int) -> float:
@@ -218,20 +235,38 @@ def could_decide(ratio: RaceRatio | None, floor: float, pairs: int) -> bool:
     return abs(math.log(ratio.value) - math.log(1 - floor)) >= t95(ratio.df + pairs) * se
 
 
-def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None, pairs: int = 0) -> list[TrialConfig]:
-    """Who races on: the leader, the undecided, and the decided whose ratio to it is known no better
-    than ± ``wide`` (a verdict stands, but an interval that wide tells a reader nothing); nobody when
-    none of them is left. With ``floor`` and ``pairs`` (a leg's turn pairs), an undecided config that
-    one more leg could not decide (``could_decide``) and whose interval is within ``wide`` rests."""
+def narrows(ratio: RaceRatio, wide: float, pairs: int) -> bool:
+    """Whether a ratio's interval is wider than ``wide`` and one more leg of ``pairs`` turn pairs would
+    bring it within ``wide`` or halve it (``after_another_leg``); without ``pairs``, whether it is wider.
+    An interval that another leg would narrow only a little (a workload whose blocks spread widely, with
+    its degrees of freedom already plenty) rests: the leg would cost its time and change little."""
+    if ratio.halfwidth <= wide:
+        return False
+    return pairs <= 0 or after_another_leg(ratio, pairs) <= max(wide, ratio.halfwidth / 2)
+
+
+def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None, pairs: int = 0,
+             pick: TrialConfig | None = None, to_pick: dict[TrialConfig, RaceRatio] | None = None) -> list[TrialConfig]:
+    """Who races on: the leader and the undecided, and the pick with every config whose ratio to it
+    ``narrows`` (a verdict may stand, but the figure the table prints beside it tells a reader nothing);
+    nobody when none of them is left. ``pick`` is the leader unless given, ``to_pick`` each other raced
+    config's ratio to it (``relative_to``). With ``floor`` and ``pairs`` (a leg's turn pairs), an
+    undecided config that one more leg could not decide (``could_decide``) rests unless its ratio to the
+    pick narrows."""
+    pick = pick or v.leader
+    if to_pick is None:
+        to_pick = {s.config: s.ratio for s in v.standings if s.ratio is not None}
+    loose = {c for c, r in to_pick.items() if c != pick and narrows(r, wide, pairs)}
+
     def races_on(s: Standing) -> bool:
-        if s.status == LEADER:
-            return False
-        if s.ratio is not None and s.ratio.halfwidth > wide:
+        if s.config in loose:
             return True
         return s.status == UNDECIDED and (floor is None or could_decide(s.ratio, floor, pairs))
 
-    rest = [s.config for s in v.standings if races_on(s)]
-    return [v.leader, *rest] if rest else []
+    rest = [s.config for s in v.standings if s.status != LEADER and races_on(s)]
+    if not rest and not loose:
+        return []
+    return list(dict.fromkeys([v.leader, *([pick] if loose else []), *rest]))
 
 
 def race_order(trials: list[Trial], floor: float) -> list[TrialConfig]:

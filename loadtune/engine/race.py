@@ -7,8 +7,9 @@ they were (``paired.frozen_turn``), so its blocks are windows of one continuous 
 blocks of a leg come back as a trial of its own (``Trial.raced``, ``round`` the leg's number), so the
 pooled figures, the table and the JSON treat a leg as one more run of each config. Every raced config runs at least two legs, in fresh processes
 each, so what differs between processes enters the intervals; after that the verdict
-(``analysis.race``) sends the leader and the configs still undecided against it, or known too loosely
-(``WIDE``), into the next leg, until none is left, the race's legs are spent, or the scan's budget is.
+(``analysis.race``) sends the leader and the configs still undecided against it, and the pick with the
+configs whose ratio to it is known too loosely (``WIDE``) where one more leg would narrow it, into the
+next leg, until none is left, the race's legs are spent, or the scan's budget is.
 
 Why a process per config rather than every loader in one: a loader in a shared process paid for its
 neighbours' workers. Each fork of a neighbour's workers makes the shared process's pages
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loadtune.analysis.race import RaceVerdict, next_leg, raced_configs, verdict
+from loadtune.analysis.race import RaceVerdict, next_leg, raced_configs, relative_to, verdict
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.duet import SideEntry, run_in_turns
 from loadtune.engine.trial.paired import race_orders
@@ -37,9 +38,11 @@ PAIRS_PER_LEG = 3  # turn pairs a leg times: a fresh process every few pairs
 # each landed on the cores, its memory), and what differs between processes enters a ratio's interval
 # only from its second leg on; decided in one leg, intervals held long runs' ratio in 16 of 21 races
 MIN_LEGS = 2
-# from its second leg on, a config whose ratio to the leader is known no better than this races on (two
-# legs that disagree give a t(1) interval: 0.56x (0.35-0.87) decides nothing a reader can use)
-WIDE = 0.10
+# from its second leg on, a config whose ratio to the pick (the figure the table prints) is known no
+# better than this races on with the pick, where one more leg would bring it within this or halve it (two
+# legs that disagree give a t(1) interval: the gain over the defaults read 62x (41-93x) on
+# storage_latency); one that another leg would narrow only a little rests (analysis.race.narrows)
+WIDE = 0.05
 # of the scan's warm-up, per raced loader and per screening trial the race follows: its start-up backlog is
 # drained whatever this is
 WARMUP_SHARE = 0.5
@@ -84,6 +87,7 @@ class RaceRun:
     fits: Callable[[float], bool]  # would a leg of this many seconds still fit the budget
     recorded: Callable[[list[Trial]], None]  # the leg's trials, to keep and save
     share_s: float = 0.0  # a config's share of a leg until one has run: a screening trial's length
+    pick: Callable[[], TrialConfig | None] = lambda: None  # the pick so far (the race's leader if none)
 
 
 def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, race_run: RaceRun, max_legs: int) -> str:
@@ -94,7 +98,7 @@ def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, r
     done = [t for t in trials if t.raced]
     number = max((t.round for t in done), default=0)
     current = verdict(trials, noise_floor)
-    configs = racing(trials, entrants, current, number, max_legs, noise_floor)
+    configs = racing(trials, entrants, current, number, max_legs, noise_floor, race_run.pick())
     last_wall = race_run.share_s
     while len(configs) >= 2:
         if number >= max_legs:
@@ -108,22 +112,26 @@ def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, r
             return "failed"
         last_wall = sum(t.wall_s for t in leg) / len(leg)
         current = verdict(trials, noise_floor)
-        configs = racing(trials, entrants, current, number, max_legs, noise_floor) if current is not None else []
+        configs = [] if current is None else racing(trials, entrants, current, number, max_legs, noise_floor,
+                                                    race_run.pick())
     if current is not None and current.undecided:  # those left rest: another leg could not decide them
         return "legs" if number >= max_legs else "futile"
     return "decided"
 
 
 def racing(trials: list[Trial], entrants: list[TrialConfig], current: RaceVerdict | None, legs_run: int,
-           max_legs: int, noise_floor: float) -> list[TrialConfig]:
+           max_legs: int, noise_floor: float, pick: TrialConfig | None = None) -> list[TrialConfig]:
     """Who runs the next leg: every entrant until the race has a verdict, every config raced so far
-    until ``MIN_LEGS`` legs are run (``max_legs`` permitting), then the leader, those whose interval is
-    wider than ``WIDE`` and the undecided that one more leg could decide."""
+    until ``MIN_LEGS`` legs are run (``max_legs`` permitting), then the leader, the undecided that one
+    more leg could decide, and ``pick`` (a raced config; else the leader) with those whose ratio to it
+    is wider than ``WIDE`` where one more leg would narrow it (``analysis.race.next_leg``)."""
     if current is None:
         return entrants
+    raced = raced_configs(trials)
     if legs_run < min(MIN_LEGS, max_legs):
-        return raced_configs(trials)
-    return next_leg(current, WIDE, noise_floor, PAIRS_PER_LEG)
+        return raced
+    pick = pick if pick in raced else current.leader
+    return next_leg(current, WIDE, noise_floor, PAIRS_PER_LEG, pick, relative_to(trials, pick))
 
 
 def ending_note(how: str, v: RaceVerdict | None, max_legs: int) -> str | None:

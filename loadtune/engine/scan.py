@@ -215,8 +215,9 @@ def race_contenders(run: Run) -> None:
             observer.race_finished(trials, result)
 
     fits = lambda seconds: not opts.budget or time.monotonic() - run.started + seconds + expected_trial_s(result, opts) <= opts.budget
-    how = race(result.trials, chosen.configs, opts.noise_floor, RaceRun(leg, fits, recorded, expected_trial_s(result, opts)),
-               opts.race_legs)
+    pick = lambda: result.recommendation.config if result.recommendation else None
+    how = race(result.trials, chosen.configs, opts.noise_floor,
+               RaceRun(leg, fits, recorded, expected_trial_s(result, opts), pick), opts.race_legs)
     if how == "budget" and not any(t.raced for t in result.trials):
         result.notes.append(f"no race: its first leg would exceed the {opts.budget:g} s budget; the pick comes from "
                             "the screening's trials, each timed alone")
