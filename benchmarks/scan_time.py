@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -26,11 +27,14 @@ from pathlib import Path
 
 from meta import run_meta
 
-from loadtune.analysis.race import race_ratio, raced_configs
+from loadtune.analysis.race import RaceRatio, mean_error, race_ratio, raced_configs
+from loadtune.engine.race import PAIRS_PER_LEG
+from loadtune.model.estimate import t975
 from loadtune.model.results import ScanResult
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+GOAL = 0.05  # the half-width the issue asks of the pick's intervals
 ARCHETYPES = ["cpu_bound", "heavy_tail", "iterable", "large_tensors", "storage_latency", "tiny_dataset"]
 
 
@@ -69,7 +73,8 @@ def one_scan(tree: Path, archetype: str, out: Path) -> dict:
 def race_widths(data: dict) -> dict:
     """How decisive the scan's race was: the half-widths of the pick's ratio intervals to the runner-up
     (the raced config nearest it) and to PyTorch's defaults (or ``--current``), where they were raced
-    (read by today's ``analysis.race`` from the saved trials)."""
+    (read by today's ``analysis.race`` from the saved trials); and for each, what ±5% would take
+    (``turns_for``)."""
     try:
         result = ScanResult.from_dict(data)
     except Exception:  # noqa: BLE001 - an earlier version's file, or none: no figure rather than no run
@@ -84,8 +89,28 @@ def race_widths(data: dict) -> dict:
     runner_up = max(ratios, key=lambda c: ratios[c].value)
     current = result.settings.current
     defaults = next((ratios[c] for c in ratios if c.key == current or (current is None and c.is_pytorch_default)), None)
+    turn_s = statistics.fmean(b.seconds for t in result.trials if t.raced for b in t.blocks)
     return {"runner_up_halfwidth": ratios[runner_up].halfwidth,
-            "defaults_halfwidth": defaults.halfwidth if defaults is not None else None}
+            "defaults_halfwidth": defaults.halfwidth if defaults is not None else None,
+            "runner_up_needs": turns_for(ratios[runner_up], turn_s),
+            "defaults_needs": turns_for(defaults, turn_s) if defaults is not None else None}
+
+
+def turns_for(ratio: RaceRatio, turn_s: float, goal: float = GOAL, most: int = 40) -> dict:
+    """What a ratio's interval of ±``goal`` would take, were its variance parts to stay as measured
+    (``analysis.race.mean_error``: the turn pairs' spread within a leg, and what the legs add): the legs
+    of ``PAIRS_PER_LEG`` turn pairs (None past ``most``), and the timed seconds of its two loaders' turns
+    over them alone (two turns per pair and loader, of the turns' mean length measured; no other racer,
+    start-up or warm-up: a lower bound on the race). Beside them, the pairs and legs the race ran."""
+    need = None
+    for k in range(ratio.legs, most + 1):
+        se, df = mean_error(ratio.within, ratio.between, max(ratio.pairs, k * PAIRS_PER_LEG), k)
+        if math.exp(t975(df) * se) - 1 <= goal:
+            need = k
+            break
+    return {"pair_sd": math.sqrt(ratio.within), "legs_sd": math.sqrt(ratio.between), "pairs_run": ratio.pairs,
+            "legs_run": ratio.legs, "legs_for_goal": need,
+            "timed_s_for_goal": round(need * PAIRS_PER_LEG * 2 * 2 * turn_s, 1) if need else None}
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -108,7 +133,8 @@ def summarise(runs: list[dict]) -> dict:
             "ratio_total": after_total / before_total if before_total else None,
             "before_answer_total_s": before_answer, "after_answer_total_s": after_answer,
             "answer_ratio_total": after_answer / before_answer if before_answer else None,
-            "race_halfwidth": {which: median_width(runs, which) for which in ("before", "after")}}
+            "race_halfwidth": {which: median_width(runs, which) for which in ("before", "after")},
+            "race_needs": {which: median_needs(runs, which) for which in ("before", "after")}}
 
 
 def median_width(runs: list[dict], which: str) -> float | None:
@@ -116,6 +142,16 @@ def median_width(runs: list[dict], which: str) -> float | None:
     widths = [r[which].get(k) for r in runs for k in ("runner_up_halfwidth", "defaults_halfwidth")]
     widths = [w for w in widths if w is not None]
     return statistics.median(widths) if widths else None
+
+
+def median_needs(runs: list[dict], which: str) -> dict | None:
+    """Over the same intervals as ``median_width``: the medians of what ±5% would take (``turns_for``;
+    an interval that 40 legs would not bring there counts as the longest)."""
+    needs = [r[which].get(k) for r in runs for k in ("runner_up_needs", "defaults_needs")]
+    needs = [n for n in needs if n]
+    if not needs:
+        return None
+    return {key: statistics.median(math.inf if n[key] is None else n[key] for n in needs) for key in needs[0]}
 
 
 def main() -> None:
