@@ -51,8 +51,8 @@ class RaceRatio:
     sure_high: float = math.inf
     se: float = 0.0  # of the log ratio, and its degrees of freedom: what another leg could narrow
     df: int = 0
-    within: float = 0.0  # the variance of one turn pair's log ratio within a leg, and what the legs add to
-    between: float = 0.0  # their mean beyond it (``mean_error``): how another leg would narrow the interval
+    within: float = 0.0  # variance of one turn pair's log ratio within a leg (``variance_parts``)
+    between: float = 0.0  # what the legs' means vary beyond it: with ``within``, what another leg would narrow
 
     @property
     def halfwidth(self) -> float:

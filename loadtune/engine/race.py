@@ -40,8 +40,8 @@ PAIRS_PER_LEG = 3  # turn pairs a leg times: a fresh process every few pairs
 MIN_LEGS = 2
 # from its second leg on, a config whose ratio to the pick (the figure the table prints) is known no
 # better than this races on with the pick, where one more leg would bring it within this or halve it (two
-# legs that disagree give a t(1) interval: the gain over the defaults read 62x (41-93x) on
-# storage_latency); one that another leg would narrow only a little rests (analysis.race.narrows)
+# legs that disagree give a t(1) interval: PyTorch's defaults read 0.53x (0.33-0.87) the pick on
+# iterable); one that another leg would narrow only a little rests (analysis.race.narrows)
 WIDE = 0.05
 # of the scan's warm-up, per raced loader and per screening trial the race follows: its start-up backlog is
 # drained whatever this is
