@@ -11,7 +11,9 @@ Each round builds the loader afresh for each way, in alternating order. Reported
 average: the standard deviation of a block's log rate, and the geometric-mean rate. No neighbour
 runs here: what a turn spreads beside other loaders is in the scans' own figures (``scan_time.py``).
 
-    python benchmarks/turn_spread.py --archetype cpu_bound --workers 2 --out benchmarks/turn_spread_cpu_bound.json
+    python benchmarks/turn_spread.py --archetype cpu_bound --workers 2 --out /tmp/turn_spread_cpu_bound.json
+
+(benchmarks/turn_spread.json holds one such run per archetype, each under its own name with its meta.)
 
 Run alone on the machine.
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import torch
 from race_coverage import PAIRS, worker_config
+from race_neighbour import geomean
 
 from loadtune.engine.race import TURN_SHARE
 from loadtune.engine.spec import load_spec
@@ -78,8 +81,8 @@ def main() -> None:
     for r in range(args.rounds):
         row = {}
         for way in WAYS if r % 2 == 0 else WAYS[::-1]:
-            logs = [math.log(x) for x in blocks(spec, config, timing, way, args.blocks, args.rest)]
-            row[way] = {"sd": statistics.stdev(logs), "rate": math.exp(statistics.fmean(logs))}
+            rates = blocks(spec, config, timing, way, args.blocks, args.rest)
+            row[way] = {"sd": statistics.stdev(math.log(x) for x in rates), "rate": geomean(rates)}
         out["rounds"].append(row)
         print(f"round {r}: " + ", ".join(f"{w} ±{row[w]['sd']:.1%} at {row[w]['rate']:.0f}/s" for w in WAYS), flush=True)
     out["summary"] = {w: {"sd": statistics.fmean(x[w]["sd"] for x in out["rounds"]),
