@@ -19,8 +19,8 @@ from loadtune.analysis.recommend import baseline_for, contenders
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ConfigResult, ScanResult, by_config
 
-MAX_RACERS = 4  # loaders alive at once in a leg, at most: each turn pair takes two blocks of each (with 5, a
-# scan's first leg took about 20 s on 2 cores: benchmarks/RESULTS.md, scan time)
+MAX_RACERS = 3  # loaders alive at once in a leg, at most: each turn pair takes two blocks of each, so a fourth
+# loader adds about a third to every leg (benchmarks/RESULTS.md, scan time)
 FASTEST = 2  # of the screening's fastest configs
 MEMORY_SHARE = 0.5  # the live loaders together may hold this share of the memory available, without --max-memory
 
