@@ -19,8 +19,8 @@ from loadtune.analysis.recommend import baseline_for, contenders
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ConfigResult, ScanResult, by_config
 
-MAX_RACERS = 3  # loaders alive at once in a leg, at most: each turn pair takes two blocks of each, so a fourth
-# loader adds about a third to every leg (benchmarks/RESULTS.md, scan time)
+MAX_RACERS = 3  # loaders alive at once in a leg, at most: each racer adds its own turns and warm-up to every
+# leg (a fourth cost 8% of the summed time to the answer: benchmarks/RESULTS.md, "Three racers, not four")
 FASTEST = 2  # of the screening's fastest configs
 MEMORY_SHARE = 0.5  # the live loaders together may hold this share of the memory available, without --max-memory
 
