@@ -32,7 +32,7 @@ def test_scan_end_to_end_table_snippet_and_json(tmp_path):
     assert data["spec"]["path"].endswith("tiny.py") and data["spec"]["length"] == 512
     search = [t for t in data["trials"] if t["round"] == 0]  # later rounds re-measure tied contenders on purpose
     assert len(search) == 2
-    for trial in data["trials"]:  # the two race too (one config far ahead races the fastest other)
+    for trial in data["trials"]:  # the two race too (one config far ahead races the best other)
         assert trial["status"] == "ok" and all(b["samples"] > 0 and b["seconds"] > 0 for b in trial["blocks"])
         if not trial["raced"]:
             assert len(trial["blocks"]) == 3 and trial["startup_s"] > 0 and trial["memory"]["peak_bytes"] > 0

@@ -6,7 +6,8 @@ side by side (``engine/race.py``; its decisions in ``analysis/race.py``). It tak
 screened configs, the cheapest config the screening could not tell from the fastest (the pick if the
 race ties them), and PyTorch's defaults or the user's current settings (so the gain over them is a
 paired verdict too), while their loaders, alive together, fit in memory. Where that leaves one config
-(a pick far ahead of the rest, and the defaults' own), the fastest of the rest races it: the pick's lead
+(a pick far ahead of the rest, and the defaults' own), the best of the rest races it (the cheapest
+that none of the others clearly beats): the pick's lead
 becomes a paired figure, and its repeated runs teach the scan its run-to-run noise, without which the
 table's ± is one run's blocks' and says nothing of the next run.
 """
@@ -41,9 +42,9 @@ def screened(result: ScanResult) -> list[ConfigResult]:
 def entrants(result: ScanResult, noise_floor: float, memory_limit: int, runner_up_too: bool = True) -> Entrants:
     """The configs to race: the cheapest contender, the fastest, the defaults (or the user's current
     settings), then the next fastest contenders (where all that is one config and ``runner_up_too``,
-    the fastest other), up to ``MAX_RACERS`` and while the peak memory of their screening runs, summed,
-    stays under ``memory_limit`` (a config whose memory was not measured counts as the largest
-    measured)."""
+    the best other: ``runner_up``), up to ``MAX_RACERS`` and while the peak memory of their screening
+    runs, summed, stays under ``memory_limit`` (a config whose memory was not measured counts as the
+    largest measured)."""
     configs = screened(result)
     tied = contenders(configs, noise_floor)
     if not tied:
@@ -52,7 +53,7 @@ def entrants(result: ScanResult, noise_floor: float, memory_limit: int, runner_u
     base = baseline_for(configs, tied[0].config.batch_size, result.settings.current)
     wanted = [tied[0], by_speed[0]] + ([base] if base is not None else []) + by_speed[1:FASTEST] + tied[1:]
     if runner_up_too and len({c.config for c in wanted}) < 2:
-        wanted += runner_up(configs, wanted)
+        wanted += runner_up(configs, wanted, noise_floor)
     chosen: list[TrialConfig] = []
     left_out: list[TrialConfig] = []
     used = 0
@@ -69,11 +70,14 @@ def entrants(result: ScanResult, noise_floor: float, memory_limit: int, runner_u
     return Entrants(chosen if len(chosen) >= 2 else [], left_out)
 
 
-def runner_up(configs: list[ConfigResult], wanted: list[ConfigResult]) -> list[ConfigResult]:
-    """The fastest config measured that is not in ``wanted``: none if there is no other."""
+def runner_up(configs: list[ConfigResult], wanted: list[ConfigResult], noise_floor: float) -> list[ConfigResult]:
+    """The best of the configs measured that are not in ``wanted``: the cheapest that none of the others
+    is clearly faster than (``contenders``); none if there is no other. Not the fastest by its screening
+    median: where two of the rest lie within the screening's noise, that choice is a coin toss, and the
+    costlier loader (more workers to start and warm up beside the others) lengthens every leg."""
     taken = {c.config for c in wanted}
     rest = [c for c in configs if c.ok and c.estimate is not None and c.config not in taken]
-    return sorted(rest, key=lambda c: c.estimate.median, reverse=True)[:1]
+    return contenders(rest, noise_floor)[:1]
 
 
 def race_memory_limit(max_memory: int | None, memory_available: int) -> int:
