@@ -179,7 +179,7 @@ from loadtune.engine.trial.server import start_fork_server
 start_fork_server()
 assert "torch" not in sys.modules, "starting the fork server imported torch here"
 from multiprocessing import forkserver
-server = forkserver._forkserver._forkserver_pid  # by pid: its cmdline may still be ours until it execs
+server = forkserver._forkserver._forkserver_pid  # by pid: its cmdline reads empty for an instant as it execs
 assert server in [p.pid for p in psutil.Process().children()], server
 from conftest import QUICK_TIMING, SPECS
 from loadtune.engine.spec import SpecRef

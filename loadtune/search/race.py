@@ -7,9 +7,9 @@ screened configs, the cheapest config the screening could not tell from the fast
 race ties them), and PyTorch's defaults or the user's current settings (so the gain over them is a
 paired verdict too), while their loaders, alive together, fit in memory. Where that leaves one config
 (a pick far ahead of the rest, and the defaults' own), the best of the rest races it (the cheapest
-that none of the others clearly beats): the pick's lead
-becomes a paired figure, and its repeated runs teach the scan its run-to-run noise, without which the
-table's ± is one run's blocks' and says nothing of the next run.
+that none of the others clearly beats): the pick's lead becomes a paired figure, and its repeated runs
+teach the scan its run-to-run noise, without which the table's ± is one run's blocks' and says nothing
+of the next run.
 """
 
 from __future__ import annotations
