@@ -41,7 +41,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def by_place(rates: list[float], run: int) -> list[float]:
-    """A side's turn rates (in the order timed, ``run`` per run) as the geometric mean per place in the run."""
+    """A side's turn rates (in the order timed, ``run`` per run) as the geometric mean per place in the run.
+    The first place of the leg's first run follows no neighbour's turn (only the warm-up): one of
+    ``--cycles`` first-place turns, so the first place reads a little less of the neighbour than it would."""
     return [geomean(rates[i::run]) for i in range(run)]
 
 
