@@ -218,7 +218,7 @@ def test_a_turn_waits_for_the_racer_before_to_settle_and_keeps_whole_turns():
     while not leg.timed_batch(0.01, 0.0, 8):
         pass
     trials = leg.trials()  # the first config timed no block: no whole turn
-    assert [t.ok for t in trials] == [False, False] and all(t.raced and t.round == 1 for t in trials)
+    assert [t.ok for t in trials] == [False, False] and all(t.raced and t.leg == 1 for t in trials)
 
 
 def test_after_the_search_the_contenders_race_on_the_live_loop():
@@ -241,7 +241,7 @@ def test_after_the_search_the_contenders_race_on_the_live_loop():
     if second is not None:  # the leader and the undecided race on
         assert isinstance(second, Leg) and second.number == 2 and not any(c.is_pytorch_default for c in second.configs)
         for trial in race_legs({c: rate(c) for c in second.configs}, legs=1, seed=5):
-            t.record(replace(trial, round=2))
+            t.record(replace(trial, leg=2))
         assert t.next() is None
     assert "race decided" in t.stop or "legs were spent" in t.stop
     assert t.decide().config.num_workers >= 2 and t.decide().speedup_pairs >= 3

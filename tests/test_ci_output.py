@@ -321,13 +321,24 @@ def test_markdown_appends_to_the_job_summary_and_replaces_elsewhere(tmp_path):
 
 def test_an_older_schema_version_is_migrated_and_a_newer_one_refused(monkeypatch):
     data = json.loads((FIXTURES / "tiny_scan.json").read_text())
-    monkeypatch.setattr(results_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(results_mod.MIGRATIONS, 1, lambda d: {**d, "notes": d["notes"] + ["migrated"]})
-    assert ScanResult.from_dict(data).notes[-1] == "migrated"  # version 1 read through the step to 2
-    monkeypatch.delitem(results_mod.MIGRATIONS, 1)
+    now = results_mod.SCHEMA_VERSION
+    data = {**data, "schema_version": now}
+    monkeypatch.setattr(results_mod, "SCHEMA_VERSION", now + 1)
+    monkeypatch.setitem(results_mod.MIGRATIONS, now, lambda d: {**d, "notes": d["notes"] + ["migrated"]})
+    assert ScanResult.from_dict(data).notes[-1] == "migrated"  # read through the step to the next version
+    monkeypatch.delitem(results_mod.MIGRATIONS, now)
     assert ScanResult.from_dict(data).trials  # no step needed: read as it is, missing keys at their defaults
     with pytest.raises(ResultError, match="newer loadtune .* upgrade loadtune"):
-        ScanResult.from_dict({**data, "schema_version": 3})
+        ScanResult.from_dict({**data, "schema_version": now + 2})
+
+
+def test_a_version_1_file_keeps_its_race_legs_apart_from_the_closing_rounds():
+    data = json.loads((FIXTURES / "tiny_scan.json").read_text())
+    trial = data["trials"][0]
+    data["trials"] = [{**trial, "raced": True, "round": 2}, {**trial, "round": 1}]
+    legged, closing = ScanResult.from_dict(data).trials
+    assert (legged.raced, legged.leg, legged.round) == (True, 2, 0)
+    assert (closing.raced, closing.leg, closing.round) == (False, 0, 1)
 
 
 def invoke(*args):

@@ -74,7 +74,7 @@ def test_a_raced_configs_absolute_figure_rests_on_its_runs_alone_and_still_cover
             drift = rng.gauss(0, DRIFT)
             for c in CONFIGS[2:]:
                 t = run(c, TRUTH[c] * 0.94 * math.exp(rng.gauss(0, BETWEEN) + drift), rng, leg)
-                t.raced = True
+                t.round, t.leg = 0, leg
                 trials.append(t)
         configs = by_config(trials)
         noise = run_noise(configs)

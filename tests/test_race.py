@@ -28,7 +28,7 @@ def simulated_leg(rates: dict, number: int, rng: random.Random, pairs: int = 4, 
     """One leg: a shared random walk of the machine's pace, independent noise per block, and (``process``)
     a level each config's loaders land on in this process."""
     levels = {c: math.exp(rng.gauss(0, process)) for c in rates}
-    trials = {c: Trial(c, "ok", raced=True, round=number) for c in rates}
+    trials = {c: Trial(c, "ok", leg=number) for c in rates}
     pace = 0.0
     for order in race_orders(len(rates), pairs, rng.randrange(1 << 30)):
         configs = list(rates)
@@ -55,7 +55,7 @@ def test_the_turns_come_in_pairs_a_shuffled_order_then_its_reverse():
 
 
 def test_a_turn_pair_is_the_mean_log_ratio_of_its_two_turns_and_needs_both():
-    a, b = Trial(W2, "ok", raced=True, round=1), Trial(W1, "ok", raced=True, round=1)
+    a, b = Trial(W2, "ok", leg=1), Trial(W1, "ok", leg=1)
     a.blocks = [Block(200, 1, 1.0), Block(300, 1, 1.0), Block(100, 1, 1.0)]
     b.blocks = [Block(100, 1, 1.0), Block(100, 1, 1.0), Block(100, 1, 1.0)]
     assert pair_logs(a, b) == pytest.approx([(math.log(2) + math.log(3)) / 2])  # the third turn has no partner
@@ -130,7 +130,7 @@ def legs_of(logs_by_leg: list[list[float]], a: TrialConfig = W1, b: TrialConfig 
     """Legs whose turn pairs read exactly these log ratios of ``a`` to ``b``."""
     trials = []
     for n, logs in enumerate(logs_by_leg, start=1):
-        ta, tb = Trial(a, "ok", raced=True, round=n), Trial(b, "ok", raced=True, round=n)
+        ta, tb = Trial(a, "ok", leg=n), Trial(b, "ok", leg=n)
         for x in logs:
             ta.blocks += [Block(round(1e6 * math.exp(x)), 1, 1.0)] * 2
             tb.blocks += [Block(1_000_000, 1, 1.0)] * 2
@@ -333,7 +333,7 @@ def test_a_real_race_tells_two_workers_from_one_on_a_waiting_dataset():
     trials = []
     for number in (1, 2):
         leg = run_leg(SpecRef(str(SPECS / "sleep_dial.py")), quick_request(one), [one, two], number, seed=number)
-        assert [t.config for t in leg] == [one, two] and all(t.ok and t.raced and t.round == number for t in leg)
+        assert [t.config for t in leg] == [one, two] and all(t.ok and t.raced and t.leg == number for t in leg)
         assert len(leg[0].blocks) == len(leg[1].blocks) == 2 * race_mod.PAIRS_PER_LEG  # a block each per turn
         trials += leg
     v = verdict(trials, FLOOR)

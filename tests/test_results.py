@@ -223,7 +223,7 @@ def test_load_foreign_json(tmp_path, payload):
     assert str(path) in msg and "not a loadtune scan result" in msg
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None])
+@pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 0, "1", None])
 def test_load_wrong_schema_version(tmp_path, machine_info, version):
     path = tmp_path / "old.json"
     data = make_result(machine_info).to_dict()

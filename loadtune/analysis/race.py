@@ -96,7 +96,7 @@ def legs(trials: list[Trial]) -> dict[int, dict[TrialConfig, Trial]]:
     out: dict[int, dict[TrialConfig, Trial]] = {}
     for t in trials:
         if t.raced:
-            out.setdefault(t.round, {})[t.config] = t
+            out.setdefault(t.leg, {})[t.config] = t
     return out
 
 

@@ -64,7 +64,7 @@ def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[T
     trials = [got[i] for i in range(len(configs))]
     failed = next((t.error for t in trials if t.error is not None), None)
     for t in trials:
-        t.raced, t.round = True, number
+        t.leg = number
         t.startup_s = None  # its workers started beside the other racers': the screening's start-up is its own
         t.wall_s /= len(configs)  # its share of the leg, which its process lived through whole
         if t.ok and failed is not None:  # a leg cut short by a neighbour's failure is no leg
@@ -96,7 +96,7 @@ def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, r
     "decided", "futile" (those left undecided sit so near the noise floor that another leg could not
     decide them), "legs" (its legs were spent) or "budget"."""
     done = [t for t in trials if t.raced]
-    number = max((t.round for t in done), default=0)
+    number = max((t.leg for t in done), default=0)
     current = verdict(trials, noise_floor)
     configs = racing(trials, entrants, current, number, max_legs, noise_floor, race_run.pick())
     last_wall = race_run.share_s

@@ -95,5 +95,5 @@ class LiveLeg:
         """Each config's trial of the leg, cut to the turns every config completed (a leg cut short by
         the epoch's end or the budget keeps its whole turns)."""
         whole = min(len(b) for b in self.blocks.values())
-        return [Trial(c, "ok" if whole else "failed", blocks=b[:whole], raced=True, round=self.leg.number)
+        return [Trial(c, "ok" if whole else "failed", blocks=b[:whole], leg=self.leg.number)
                 for c, b in self.blocks.items()]

@@ -106,7 +106,7 @@ class LiveReport:
         for t in self.trials:
             est = t.estimate
             start = f"{t.startup_s:.3f} s" if t.startup_s is not None else "-"
-            lines.append(f"  {t.config.label():<24}{t.round:>6}{est.median:>12,.0f}{est.rel_spread:>8.1%}"
+            lines.append(f"  {t.config.label():<24}{t.leg or t.round:>6}{est.median:>12,.0f}{est.rel_spread:>8.1%}"
                          f"{wait_share(t):>8.0%}{start:>10}{len(t.blocks):>8}")
         return lines
 

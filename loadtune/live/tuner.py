@@ -192,7 +192,7 @@ class Tuner:
         if not self.races:
             return None
         raced = [t for t in self.trials if t.raced]
-        number = max((t.round for t in raced), default=0)
+        number = max((t.leg for t in raced), default=0)
         floor = self.options.noise_floor
         if not raced:
             limit = race_memory_limit(None, self.result.machine.memory_available_bytes)
@@ -201,7 +201,7 @@ class Tuner:
             configs = entrants(self.result, floor, limit, runner_up_too=False).configs[:LIVE_RACERS]
         else:
             v = verdict(self.trials, floor)  # None: the legs so far were cut too short to rank anyone: race them again
-            configs = next_leg(v) if v is not None else [t.config for t in raced if t.round == number]
+            configs = next_leg(v) if v is not None else [t.config for t in raced if t.leg == number]
             if not configs:
                 self.stop = "the search is complete and the race decided"
             elif number >= self.options.race_legs:

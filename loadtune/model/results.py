@@ -26,7 +26,7 @@ from loadtune.model.known import from_known, known
 from loadtune.model.settings import ScanSettings
 
 SCHEMA = "loadtune/scan"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RENDERERS: dict[str, Callable[["ScanResult"], str]] = {}  # MIME type -> renderer, set by loadtune.report.notebook
 
 
@@ -39,6 +39,20 @@ class ResultError(ValueError):
 # model/settings.py), so a step is needed only where a key was renamed or changed meaning; a version
 # without one is read as it is. A committed CI baseline thus survives a version bump.
 MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+
+def legs_apart(data: dict) -> dict:
+    """Version 1 kept a raced trial's leg number in ``round``: it moves to ``leg``, and ``round`` keeps
+    closing rounds only."""
+    trials = []
+    for t in data.get("trials", []):
+        if isinstance(t, dict) and t.get("raced"):
+            t = {**t, "leg": t.get("round", 0), "round": 0}
+        trials.append(t)
+    return {**data, "trials": trials, "schema_version": 2}
+
+
+MIGRATIONS[1] = legs_apart
 
 
 def migrated(data: dict) -> dict:
@@ -256,7 +270,7 @@ class Trial:
     error: TrialError | None = None
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
-    round: int = 0  # 0: the search; 1, 2, ...: contenders re-measured side by side
+    round: int = 0  # 0: the search; 1, 2, ...: the fallback's closing rounds (contenders re-measured side by side)
     gpu: GPUUsage | None = None  # only for trials on a CUDA device
     batch: BatchInfo | None = None  # the first batch's bytes, dtypes and shapes
     batch_sizes: BatchSizes | None = None  # samples per batch timed, where the loader batches by itself
@@ -269,9 +283,13 @@ class Trial:
     # one of ``blocks`` (same index)
     calibration_blocks: list[Block] = field(default_factory=list)
     default_blocks: list[Block] = field(default_factory=list)
-    # a leg of the scan's race (``round`` its number): this config's blocks, block i timed in turn i beside
-    # the other raced configs' block i, each config in a live process of its own (engine/race.py)
-    raced: bool = False
+    # the race's leg (1, 2, ...; 0: not raced): this config's blocks, block i timed in turn i beside the
+    # other raced configs' block i, each config in a live process of its own (engine/race.py)
+    leg: int = 0
+
+    @property
+    def raced(self) -> bool:
+        return self.leg > 0
 
     @property
     def ok(self) -> bool:
@@ -332,6 +350,7 @@ class Trial:
         est = self.estimate
         data["samples_per_s"] = asdict(est) if est else None  # derived, for readers; recomputed on load
         data["load"] = self.load.to_dict() if self.load else None
+        data["raced"] = self.raced  # derived from ``leg``, for readers
         return data
 
     @classmethod

@@ -140,7 +140,7 @@ class LineProgress:
 
     def scan_started(self, result: ScanResult, planned: int | None, budget: float | None) -> None:
         self.started, self.planned, self.budget = self.now(), planned, budget
-        self.done = len([t for t in result.trials if not t.round])  # a resumed scan's finished trials
+        self.done = len([t for t in result.trials if not t.round and not t.raced])  # a resumed scan's finished trials
         plan = f"{planned} configs planned" if planned is not None else "adaptive search"
         within = f", within a {budget:g} s budget" if budget else ""
         resumed = f", {len(result.trials)} trials already measured" if result.trials else ""
@@ -170,7 +170,7 @@ class LineProgress:
             return
         parts = [f"{s.config.label()} {s.ratio.value:.2f}× ({s.ratio.low:.2f}–{s.ratio.high:.2f}) {s.status}"
                  for s in v.standings if s.ratio is not None]
-        self.line(f"race, leg {trials[0].round if trials else '?'}: leader {v.leader.label()}"
+        self.line(f"race, leg {trials[0].leg if trials else '?'}: leader {v.leader.label()}"
                   + (f"; {'; '.join(parts)}" if parts else ""))
 
     def profile_started(self) -> None:
