@@ -21,7 +21,6 @@ from test_ci_output import assert_valid
 from typer.testing import CliRunner
 
 from loadtune.analysis.against import (
-    duet_change,
     duet_round,
     foreign_message,
     foreign_modules,
@@ -55,10 +54,10 @@ def test_a_round_is_the_median_of_its_turns_and_geometric_means_of_the_rates():
 
 
 def test_the_change_is_a_t_interval_over_rounds():
-    change = duet_change(rounds_of(0.80, 0.82, 0.78))
+    change = judge_against(rounds_of(0.80, 0.82, 0.78), 0.10)[2]
     assert change.value == pytest.approx(0.80 - 1, abs=0.002) and change.low < change.value < change.high
     assert change.rounds == 3
-    assert duet_change(rounds_of(0.8)) is None
+    assert judge_against(rounds_of(0.8), 0.10)[2] is None
 
 
 @pytest.mark.parametrize("ratios, status", [
@@ -139,7 +138,7 @@ def test_knob_flags_go_over_the_config_string():
 def against_result(status=REGRESSION):
     against = Against(Revision("", "3f2a1c9", dirty=True), Revision("origin/main", "8e01b7d"), "dataset.py",
                       rounds_of(0.92, 0.93, 0.94), notes=["the work tree has uncommitted changes: they are part of the head"])
-    change = duet_change(against.rounds)
+    change = judge_against(against.rounds, 0.05)[2]
     return CheckResult(CONFIG, 0.05, None, [], [], None, None, status, ["the head loads 7.0% slower than the base"],
                        change=change.value, change_low=change.low, change_high=change.high, wall_s=12.0, against=against)
 

@@ -22,7 +22,8 @@ from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
 
 import loadtune
 from loadtune.live.forms import make_source
-from loadtune.analysis.race import SLOWER, TIED, verdict
+from loadtune.analysis.comparison import SLOWER, TIED
+from loadtune.analysis.race import verdict
 from loadtune.live.meter import MIN_BLOCK_BATCHES, Window, block_batches, warmup_batches, whole_bursts
 from loadtune.live.race import SETTLE_TURNS, Leg, LiveLeg
 from loadtune.live.order import EpochOrder, Handout

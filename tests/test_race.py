@@ -9,13 +9,15 @@ from dataclasses import replace
 import pytest
 from conftest import SPECS, empty_result, fake_trial, quick_request
 
-from loadtune.analysis.race import (SLOWER, TIED, UNDECIDED, after_another_leg, close, narrows, next_leg, pair_logs,
+from loadtune.analysis.comparison import SLOWER, TIED, UNDECIDED, Comparison
+from loadtune.analysis.race import (after_another_leg, close, narrows, next_leg, pair_logs,
                                     race_order, race_ratio, relative_to, standing_of, verdict)
 from loadtune.analysis.recommend import recommend
 from loadtune.engine import race as race_mod
 from loadtune.engine.race import RaceRun, ending_note, race
 from loadtune.engine.trial.paired import race_orders
 from loadtune.model.config import TrialConfig
+from loadtune.model.estimate import t975
 from loadtune.model.results import Block, Trial
 from loadtune.search.race import MAX_RACERS, entrants
 
@@ -96,13 +98,19 @@ def test_the_interval_covers_the_true_ratio_when_processes_differ_too(process):
     assert held >= 0.9 * runs
 
 
+def known(value: float, se: float, pairs: int = 10, df: int = 9) -> Comparison:
+    """A ratio known to a standard error ``se`` of its log, with ``df`` degrees of freedom."""
+    half = t975(df) * se
+    return Comparison(value, value * math.exp(-half), value * math.exp(half), pairs, 2, se=se, df=df)
+
+
 def test_standing_against_the_leader():
-    from loadtune.analysis.race import RaceRatio, Standing
-    assert standing_of(RaceRatio(0.90, 0.87, 0.93, 10, 2, 0.88, 0.92), FLOOR) == SLOWER
-    assert standing_of(RaceRatio(0.995, 0.98, 1.01, 10, 2, 0.985, 1.005), FLOOR) == TIED  # the one-sided bounds decide
-    undecided = Standing(W2, standing_of(RaceRatio(0.97, 0.94, 1.0, 10, 2, 0.95, 0.99), FLOOR), RaceRatio(0.97, 0.94, 1.0, 10, 2))
+    from loadtune.analysis.race import Standing
+    assert standing_of(known(0.90, 0.013), FLOOR) == SLOWER
+    assert standing_of(known(0.995, 0.005), FLOOR) == TIED  # the one-sided bounds decide
+    undecided = Standing(W2, standing_of(known(0.97, 0.01), FLOOR), known(0.97, 0.01))
     assert undecided.status == UNDECIDED and not close(undecided, FLOOR)
-    near = RaceRatio(0.99, 0.95, 1.03, 10, 2, 0.96, 1.02)
+    near = known(0.99, 0.02)
     assert standing_of(near, FLOOR) == UNDECIDED and close(Standing(W2, UNDECIDED, near), FLOOR)
     assert standing_of(None, FLOOR) == UNDECIDED
 
@@ -119,10 +127,10 @@ def test_the_leader_and_the_undecided_race_on():
 def test_a_decided_config_whose_interval_decides_nothing_races_on():
     """Two legs that disagree give a t(1) interval: slower, but 0.56x (0.35-0.87); it races another leg
     when the race asks for intervals within +-10%, and not when its interval is that tight."""
-    from loadtune.analysis.race import LEADER, RaceRatio, RaceVerdict, Standing
-    loose = RaceVerdict(W2, [Standing(W2, LEADER, None), Standing(W1, SLOWER, RaceRatio(0.56, 0.35, 0.87, 6, 2))])
+    from loadtune.analysis.race import LEADER, RaceVerdict, Standing
+    loose = RaceVerdict(W2, [Standing(W2, LEADER, None), Standing(W1, SLOWER, Comparison(0.56, 0.35, 0.87, 6, 2))])
     assert next_leg(loose) == [] and next_leg(loose, 0.10) == [W2, W1]
-    tight = RaceVerdict(W2, [Standing(W2, LEADER, None), Standing(W1, SLOWER, RaceRatio(0.56, 0.54, 0.58, 6, 2))])
+    tight = RaceVerdict(W2, [Standing(W2, LEADER, None), Standing(W1, SLOWER, Comparison(0.56, 0.54, 0.58, 6, 2))])
     assert next_leg(tight, 0.10) == []
 
 
@@ -169,14 +177,13 @@ def test_the_pick_races_on_with_a_config_whose_ratio_to_it_is_wide():
 
 def test_an_undecided_config_that_another_leg_could_not_decide_rests():
     """0.975 with a ±2% interval sits on the 2% floor: three more turn pairs cannot move either test past
-    it, so it rests (and is picked as when the legs run out); 0.95 with the same spread could be called
+    it, so it rests (and is picked as when the legs run out); 0.95 with twice that spread could be called
     slower after one more leg, and races on; so does one whose interval is wider than ``wide``."""
-    from loadtune.analysis.race import LEADER, RaceRatio, RaceVerdict, Standing, could_decide
-    def ratio(value, se, pairs=6, df=5):
-        half = 2.571 * se
-        return RaceRatio(value, value * math.exp(-half), value * math.exp(half), pairs, 2, se=se, df=df)
+    from loadtune.analysis.race import LEADER, RaceVerdict, Standing, could_decide
+    def ratio(value, se):
+        return known(value, se, pairs=6, df=5)
 
-    on_the_floor, behind = ratio(0.975, 0.008), ratio(0.95, 0.008)
+    on_the_floor, behind = ratio(0.975, 0.008), ratio(0.95, 0.016)
     assert standing_of(on_the_floor, FLOOR) == UNDECIDED == standing_of(behind, FLOOR)
     assert not could_decide(on_the_floor, FLOOR, 3) and could_decide(behind, FLOOR, 3)
     assert could_decide(on_the_floor, FLOOR, 300)  # enough pairs decide anything

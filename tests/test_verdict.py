@@ -148,7 +148,7 @@ def test_the_interval_covers_the_true_change_95_percent_of_the_time():
         base = [machine.round(0.0) for _ in range(3)]
         now = [machine.round(-truth) for _ in range(5)]
         change = paired_change([math.log(r.ratio) for r in base], [math.log(r.ratio) for r in now])
-        covered += change.low <= truth <= change.high
+        covered += change.low - 1 <= truth <= change.high - 1  # a ratio; the truth a change
     assert covered / runs >= 0.93
 
 
@@ -192,7 +192,7 @@ def test_the_interval_covers_when_the_two_sessions_spread_differently():
         baseline = [rng.gauss(0, 0.02) for _ in range(4)]  # a quiet scan
         now = [math.log(1 + truth) + rng.gauss(0, 0.10) for _ in range(6)]  # a check under load
         change = paired_change(baseline, now)
-        covered += change.low <= truth <= change.high
+        covered += change.low - 1 <= truth <= change.high - 1  # a ratio; the truth a change
     assert covered / runs >= 0.93
 
 
@@ -238,7 +238,7 @@ def test_the_interval_of_tamed_rounds_still_covers():
             base = [contaminated(rng, 0.0, 0.1) for _ in range(8)]
             now = [contaminated(rng, math.log(0.85), 0.1) for _ in range(n)]
             change = paired_change(tamed(base), tamed(now))
-            covered += change.low <= -0.15 <= change.high
+            covered += change.low - 1 <= -0.15 <= change.high - 1
         assert covered / 1000 >= 0.92, n
 
 
@@ -257,11 +257,11 @@ def test_without_pairing_the_same_machine_would_cry_wolf():
 
 
 def test_decide_reads_the_interval_against_the_tolerance():
-    from loadtune.analysis.verdict import Change
+    from loadtune.analysis.comparison import Comparison
 
-    assert decide(Change(-0.3, -0.35, -0.25, 3, 3), 0.1) == REGRESSION
-    assert decide(Change(0.0, -0.05, 0.05, 3, 3), 0.1) == PASS
-    assert decide(Change(-0.1, -0.2, 0.0, 3, 3), 0.1) == INCONCLUSIVE
+    assert decide(Comparison(0.7, 0.65, 0.75, 3, 3), 0.1) == REGRESSION
+    assert decide(Comparison(1.0, 0.95, 1.05, 3, 3), 0.1) == PASS
+    assert decide(Comparison(0.9, 0.8, 1.0, 3, 3), 0.1) == INCONCLUSIVE
     assert decide(None, 0.1) == INCONCLUSIVE
 
 

@@ -3,9 +3,9 @@
 Each round times the head (the work tree) and the base (the revision compared against) in turns, each
 in a fresh process; the figure of a round is the log of the median of its turns' head / base. Both
 sides meet the same machine in the same seconds, so no calibration and no stored reference are
-needed: the change is the mean of the rounds' logs with a Student-t interval over rounds (each round
-a fresh pair of processes, so their spread holds what differs from one process to the next), read
-against the tolerance as ``analysis.verdict.decide`` reads the stored-reference check's (docs/ci.md).
+needed: the change is the mean of the rounds' logs with a Student-t interval over rounds (``analysis.comparison``:
+each round a fresh pair of processes, so their spread holds what differs from one process to the
+next), read against the tolerance as the stored-reference check's is (docs/ci.md).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import math
 import statistics
 from pathlib import Path
 
+from loadtune.analysis.comparison import compare, singly
 from loadtune.analysis.verdict import (
     MIN_FUTILITY_ROUNDS,
     Change,
@@ -46,17 +47,6 @@ def duet_logs(rounds: list[DuetRound]) -> list[float]:
     return tamed([math.log(r.ratio) for r in rounds if r.ratio])
 
 
-def duet_change(rounds: list[DuetRound]) -> Change | None:
-    """head / base less one (-0.12: the head 12% slower) with its 95% Student-t interval over rounds;
-    None under two measured rounds."""
-    logs = duet_logs(rounds)
-    n = len(logs)
-    if n < 2:
-        return None
-    mean, half = statistics.fmean(logs), t975(n - 1) * statistics.stdev(logs) / math.sqrt(n)
-    return Change(math.exp(mean) - 1, math.exp(mean - half) - 1, math.exp(mean + half) - 1, n, 0)
-
-
 def judge_against(rounds: list[DuetRound], tolerance: float,
                   min_throughput: float | None = None) -> tuple[str, list[str], Change | None]:
     """The verdict, its reasons and the change it rests on. Under ``min_throughput`` (the head's median
@@ -64,8 +54,8 @@ def judge_against(rounds: list[DuetRound], tolerance: float,
     head = [r.head_rate for r in rounds if r.head_rate]
     if not head or not any(r.ratio for r in rounds):
         return NOTHING, ["no round measured both sides" if head else "no round of the head could be measured"], None
-    change = duet_change(rounds)
-    status = decide(change, tolerance)
+    compared = compare(singly(duet_logs(rounds)))
+    status, change = decide(compared, tolerance), Change.of(compared)
     reasons = change_reasons(change, status, tolerance, "the head loads {fell} slower than the base, timed in turns",
                              "too few rounds measured both sides to estimate the noise")
     floor = under_floor(head, min_throughput)

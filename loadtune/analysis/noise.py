@@ -26,6 +26,7 @@ import statistics
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from loadtune.analysis.comparison import Prior, compare, singly
 from loadtune.analysis.footprint import takes_fresh_pages
 from loadtune.analysis.stats import Ratio, indistinguishable, ratio
 from loadtune.model.config import TrialConfig
@@ -198,7 +199,7 @@ def tie_floor(noise: RunNoise, minimum: float) -> float:
 
 def paired_logs(a: ConfigResult, b: ConfigResult) -> list[float]:
     """log(a / b) in each closing round (round >= 1: configs shuffled and measured side by side) where
-    both were measured."""
+    both were measured (a raced trial's round is 0: its leg is ``Trial.leg``)."""
     mine = {t.round: t.estimate.median for t in a.trials if t.ok and t.round >= 1 and t.estimate}
     return [math.log(mine[t.round] / t.estimate.median) for t in b.trials
             if t.ok and t.round in mine and t.estimate and t.estimate.median > 0 and mine[t.round] > 0]
@@ -214,22 +215,14 @@ class Gain:
 
 
 def paired_ratio(a: ConfigResult, b: ConfigResult, noise: RunNoise) -> Gain | None:
-    """``a / b`` from the rounds that measured both side by side. The spread of the round ratios and
-    what the scan learned a pair's spread to be (twice the between-run variance, an upper bound: drift
-    the two share cancels; plus their runs' own block noise) are pooled with their degrees of freedom,
-    so one or two rounds already give an honest interval. None without a paired round, or with one
-    and nothing learned."""
-    logs = paired_logs(a, b)
-    p = len(logs)
-    df = p - 1 + noise.df
-    if not p or not df:
-        return None
-    mean = statistics.fmean(logs)
-    own = sum((x - mean) ** 2 for x in logs)
+    """``a / b`` from the rounds that measured both side by side (``analysis.comparison``). The spread of
+    the round ratios and what the scan learned a pair's spread to be (twice the between-run variance,
+    an upper bound: drift the two share cancels; plus their runs' own block noise) are pooled with
+    their degrees of freedom, so one or two rounds already give an honest interval. None without a
+    paired round, or with one and nothing learned."""
     blocks = sum(statistics.fmean(w for _, w in levels) for levels in (run_levels(a), run_levels(b)) if levels)
-    var = (own + noise.df * (2 * noise.between ** 2 + blocks)) / df
-    half = t975(df) * math.sqrt(var / p)
-    return Gain(Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half)), p)
+    c = compare(singly(paired_logs(a, b)), prior=Prior(2 * noise.between ** 2 + blocks, noise.df), least=1)
+    return Gain(Ratio(c.value, c.low, c.high), c.pairs) if c is not None else None
 
 
 def gain(a: ConfigResult, b: ConfigResult, noise: RunNoise) -> Gain | None:

@@ -22,45 +22,16 @@ picked over the leader.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 
+from loadtune.analysis.comparison import UNDECIDED, Comparison, after_more, compare
 from loadtune.model.config import TrialConfig
-from loadtune.model.estimate import t975
+from loadtune.model.estimate import t95
 from loadtune.model.results import Trial
 
 MIN_PAIRS = 3  # turn pairs before a ratio gets an interval: fewer give t(1), t(2) intervals that decide nothing
-# Student's t, 95% one-sided (the 90% two-sided quantile), by degrees of freedom: the decisions' bounds
-T95 = [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
-       1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697]
 
-LEADER, TIED, SLOWER, UNDECIDED = "leader", "tied", "slower", "undecided"
-
-
-@dataclass(frozen=True)
-class RaceRatio:
-    """``a / b`` side by side in the race: the mean over turn pairs (geometric), its 95% interval, and
-    how many turn pairs and legs it rests on."""
-
-    value: float
-    low: float
-    high: float
-    pairs: int
-    legs: int
-    sure_low: float = 0.0  # one-sided 95% bounds: what the verdicts test against the floor
-    sure_high: float = math.inf
-    se: float = 0.0  # of the log ratio, and its degrees of freedom: what another leg could narrow
-    df: int = 0
-    within: float = 0.0  # variance of one turn pair's log ratio within a leg (``variance_parts``)
-    between: float = 0.0  # what the legs' means vary beyond it: with ``within``, what another leg would narrow
-
-    @property
-    def halfwidth(self) -> float:
-        """The interval's half-width, relative (the larger side)."""
-        return max(self.high / self.value - 1, 1 - self.low / self.value)
-
-    def text(self) -> str:
-        return f"{self.value:.2f}× ({self.low:.2f}–{self.high:.2f})"
+LEADER = "leader"
 
 
 @dataclass(frozen=True)
@@ -69,7 +40,7 @@ class Standing:
 
     config: TrialConfig
     status: str  # LEADER, TIED, SLOWER, UNDECIDED
-    ratio: RaceRatio | None
+    ratio: Comparison | None
 
 
 @dataclass(frozen=True)
@@ -117,68 +88,21 @@ def pair_logs(a: Trial, b: Trial) -> list[float]:
     return out
 
 
-def race_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> RaceRatio | None:
-    """``a / b`` from every leg that raced both; None before ``MIN_PAIRS`` turn pairs."""
+def race_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Comparison | None:
+    """``a / b`` from every leg that raced both, each leg's turn pairs a group (``analysis.comparison``);
+    None before ``MIN_PAIRS`` turn pairs."""
     groups = []
     for leg in legs(trials).values():
         ta, tb = leg.get(a), leg.get(b)
         if ta is not None and tb is not None and ta.ok and tb.ok:
-            got = pair_logs(ta, tb)
-            if got:
-                groups.append(got)
-    logs = [x for g in groups for x in g]
-    n = len(logs)
-    if n < MIN_PAIRS:
-        return None
-    mean = statistics.fmean(logs)
-    within, between = variance_parts(groups)
-    se, df = mean_error(within, between, n, len(groups))
-    half, sure = t975(df) * se, t95(df) * se
-    return RaceRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, len(groups),
-                     math.exp(mean - sure), math.exp(mean + sure), se, df, within, between)
+            groups.append(pair_logs(ta, tb))
+    return compare(groups, least=MIN_PAIRS)
 
 
-def variance_parts(groups: list[list[float]]) -> tuple[float, float]:
-    """The turn pairs' variance within a leg, and what the legs add beyond it, with legs as groups.
-
-    Within a leg the pairs share a process: its workers' placement on the cores, its memory layout.
-    When the legs' means disagree beyond what their pairs' spread explains, that process-to-process
-    component counts for the mean over legs (a one-way random-effects model), so a ratio that differs
-    from one process to the next is not credited with the precision of its many pairs. When they agree
-    (or there is one leg), there is no such component, and the within part is the pairs' plain variance."""
-    logs = [x for g in groups for x in g]
-    n, k = len(logs), len(groups)
-    if k >= 2 and n - k >= 1:
-        within = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups) / (n - k)
-        legs_spread = statistics.variance([statistics.fmean(g) for g in groups])  # of the legs' means
-        extra = legs_spread - within / (n / k)  # beyond their pairs' noise (n / k pairs per leg)
-        if extra > 0:
-            return within, extra
-    return statistics.variance(logs), 0.0
-
-
-def mean_error(within: float, between: float, n: int, k: int) -> tuple[float, int]:
-    """Standard error of the mean of ``n`` turn pairs over ``k`` legs, and its degrees of freedom, from
-    the variance parts (``variance_parts``): Satterthwaite's where the legs add a part of their own."""
-    a, b = within / n, between / k
-    if b <= 0:
-        return math.sqrt(a), n - 1
-    df = (a + b) ** 2 / (a * a / (n - k) + b * b / (k - 1))
-    return math.sqrt(a + b), max(1, int(df))
-
-
-def after_another_leg(ratio: RaceRatio, pairs: int) -> float:
+def after_another_leg(ratio: Comparison, pairs: int) -> float:
     """The half-width (relative) ``ratio``'s interval would have after one more leg of ``pairs`` turn
-    pairs, were its variance parts to stay as measured: more pairs shrink the within part, one more leg
-    the legs' part, and both add degrees of freedom. Two legs that disagree leave one degree of freedom
-    (t = 12.7); a third gives two or more (t <= 4.3)."""
-    se, df = mean_error(ratio.within, ratio.between, ratio.pairs + pairs, ratio.legs + 1)
-    return math.exp(t975(df) * se) - 1
-
-
-def t95(df: int) -> float:
-    """Student's t, 95% one-sided, for ``df`` >= 1 (1.645 past the table)."""
-    return T95[df - 1] if df <= len(T95) else 1.645
+    pairs, were its variance parts to stay as measured (``comparison.after_more``)."""
+    return after_more(ratio, pairs)
 
 
 def leader_of(trials: list[Trial], configs: list[TrialConfig]) -> TrialConfig | None:
@@ -191,15 +115,9 @@ def leader_of(trials: list[Trial], configs: list[TrialConfig]) -> TrialConfig | 
     return max(configs, key=worst, default=None)
 
 
-def standing_of(ratio: RaceRatio | None, floor: float) -> str:
+def standing_of(ratio: Comparison | None, floor: float) -> str:
     """A config's verdict against the leader from their ratio (config / leader)."""
-    if ratio is None:
-        return UNDECIDED
-    if ratio.sure_high < 1 - floor:
-        return SLOWER
-    if ratio.sure_low >= 1 - floor:
-        return TIED
-    return UNDECIDED
+    return UNDECIDED if ratio is None else ratio.against_floor(floor)
 
 
 def close(standing: Standing, floor: float) -> bool:
@@ -223,7 +141,7 @@ def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
     return RaceVerdict(leader, standings)
 
 
-def could_decide(ratio: RaceRatio | None, floor: float, pairs: int) -> bool:
+def could_decide(ratio: Comparison | None, floor: float, pairs: int) -> bool:
     """Whether ``pairs`` more turn pairs could bring an undecided ratio to a verdict, were the ratio and
     the pairs' spread to stay as measured: its standard error shrinks as the square root of the pairs,
     and one of the two tests must then clear ``1 - floor``. A ratio that sits on the floor (0.975 with
@@ -235,7 +153,7 @@ def could_decide(ratio: RaceRatio | None, floor: float, pairs: int) -> bool:
     return abs(math.log(ratio.value) - math.log(1 - floor)) >= t95(ratio.df + pairs) * se
 
 
-def narrows(ratio: RaceRatio, wide: float, pairs: int) -> bool:
+def narrows(ratio: Comparison, wide: float, pairs: int) -> bool:
     """Whether a ratio's interval is wider than ``wide`` and one more leg of ``pairs`` turn pairs would
     bring it within ``wide`` or halve it (``after_another_leg``); without ``pairs``, whether it is wider.
     An interval that another leg would narrow only a little (a workload whose blocks spread widely, with
@@ -246,7 +164,7 @@ def narrows(ratio: RaceRatio, wide: float, pairs: int) -> bool:
 
 
 def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None, pairs: int = 0,
-             pick: TrialConfig | None = None, to_pick: dict[TrialConfig, RaceRatio] | None = None) -> list[TrialConfig]:
+             pick: TrialConfig | None = None, to_pick: dict[TrialConfig, Comparison] | None = None) -> list[TrialConfig]:
     """Who races on: the leader and the undecided, and the pick with every config whose ratio to it
     ``narrows`` (a verdict may stand, but the figure the table prints beside it tells a reader nothing);
     nobody when none of them is left. ``pick`` is the leader unless given, ``to_pick`` each other raced
@@ -278,6 +196,6 @@ def race_order(trials: list[Trial], floor: float) -> list[TrialConfig]:
     return [v.leader, *(s.config for s in rest)]
 
 
-def relative_to(trials: list[Trial], pick: TrialConfig) -> dict[TrialConfig, RaceRatio]:
+def relative_to(trials: list[Trial], pick: TrialConfig) -> dict[TrialConfig, Comparison]:
     """Every raced config's ratio to ``pick``, side by side (where they shared enough turn pairs)."""
     return {c: r for c in raced_configs(trials) if c != pick and (r := race_ratio(trials, c, pick)) is not None}

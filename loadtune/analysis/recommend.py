@@ -16,7 +16,8 @@ from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig, transfer_cost
 from loadtune.model.results import ConfigResult, Recommendation, ScanResult, Trial, by_config
 from loadtune.model.settings import NOISE_FLOOR
 from loadtune.analysis.noise import clearly_faster, gain, run_noise
-from loadtune.analysis.race import LEADER, SLOWER, TIED, RaceVerdict, close, race_ratio
+from loadtune.analysis.comparison import SLOWER, TIED
+from loadtune.analysis.race import LEADER, RaceVerdict, close, race_ratio
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.stats import indistinguishable
 

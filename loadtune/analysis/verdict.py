@@ -4,9 +4,9 @@ Each round measures the checked config and a calibration workload shaped like th
 block by block in turn with the same loader settings, so contention and drift hit both alike; the
 figure of a round is the log of their ratio. The baseline recorded the same paired rounds when it was scanned.
 Today's change is the difference of the mean log ratios, with Welch's t-interval from each session's
-own round-to-round variance (a round is a fresh process, so the rounds' spread holds what differs
-from one process to the next). The verdict
-reads the interval against the tolerance:
+own round-to-round variance (``analysis.comparison`` with the baseline's rounds as its reference; a
+round is a fresh process, so the rounds' spread holds what differs from one process to the next). The
+verdict reads the interval against the tolerance (``Comparison.against_tolerance``):
 
 - regression: the whole interval lies below ``-tolerance`` (slower beyond it, beyond the noise);
 - pass: the whole interval lies above ``-tolerance``;
@@ -25,8 +25,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from loadtune.analysis.stats import Ratio
-from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION
+from loadtune.analysis.comparison import Comparison, compare, singly, welch
+from loadtune.model.check import INCONCLUSIVE, NOTHING, REGRESSION
 from loadtune.model.estimate import MAD_TO_SIGMA, t975
 from loadtune.model.paired import PairedRound
 
@@ -46,6 +46,11 @@ class Change:
     high: float
     rounds: int  # today's paired rounds used
     baseline_rounds: int
+
+    @classmethod
+    def of(cls, c: Comparison | None) -> "Change | None":
+        """A side-by-side ratio as a change (ratio less one)."""
+        return None if c is None else cls(c.value - 1, c.low - 1, c.high - 1, c.pairs, c.reference)
 
 
 def log_ratios(rounds: list[PairedRound]) -> list[float]:
@@ -73,26 +78,11 @@ def tamed(logs: list[float]) -> list[float]:
     return [min(max(x, low), high) for x in logs]
 
 
-def paired_change(baseline: list[float], now: list[float]) -> Change | None:
-    """The change of the mean log ratio from ``baseline`` to ``now`` with Welch's t-interval (each
-    session's own round-to-round variance: a check under load spreads far more than a quiet baseline,
-    and pooling the two would lend the noisy one the quiet one's confidence); None when either has
-    fewer than two rounds."""
-    n0, n = len(baseline), len(now)
-    if n0 < 2 or n < 2:
-        return None
-    half = welch_half(statistics.variance(baseline), n0, statistics.variance(now), n)
-    d = statistics.fmean(now) - statistics.fmean(baseline)
-    return Change(math.exp(d) - 1, math.exp(d - half) - 1, math.exp(d + half) - 1, n, n0)
-
-
-def welch_half(var0: float, n0: int, var: float, n: int) -> float:
-    """Half-width of Welch's 95% t-interval for a difference of two means, from each side's variance and
-    count (degrees of freedom by Welch-Satterthwaite)."""
-    v0, v = var0 / n0, var / n
-    se = math.sqrt(v0 + v)
-    df = (v0 + v) ** 2 / (v0 ** 2 / (n0 - 1) + v ** 2 / (n - 1)) if se else n0 + n - 2
-    return t975(max(1, math.floor(df))) * se
+def paired_change(baseline: list[float], now: list[float]) -> Comparison | None:
+    """The mean log ratio of ``now`` against ``baseline``'s with Welch's interval (each session's own
+    round-to-round variance: a check under load spreads far more than a quiet baseline, and pooling the
+    two would lend the noisy one the quiet one's confidence); None when either has under two rounds."""
+    return compare(singly(now), reference=baseline)
 
 
 def other_cpu(cpu_change: float | None, baseline_readings: int = 2) -> bool:
@@ -115,15 +105,9 @@ def other_cpu_text(cpu_change: float) -> str:
             "calibration does not carry over; record the baseline on this runner, best in the same job")
 
 
-def decide(change: Change | None, tolerance: float) -> str:
-    """Regression, pass or inconclusive from where the interval lies against ``-tolerance``."""
-    if change is None:
-        return INCONCLUSIVE
-    if change.high < -tolerance:
-        return REGRESSION
-    if change.low > -tolerance:
-        return PASS
-    return INCONCLUSIVE
+def decide(c: Comparison | None, tolerance: float) -> str:
+    """Regression, pass or inconclusive from where the interval lies against the tolerance."""
+    return INCONCLUSIVE if c is None else c.against_tolerance(tolerance)
 
 
 MORE_ROUNDS = "more rounds or a quieter machine would decide it"
@@ -164,7 +148,8 @@ def chance_to_decide(baseline: list[float], now: list[float], tolerance: float, 
     if rounds_at_end <= n:
         return 0.0
     var = statistics.variance(now)
-    half = welch_half(statistics.variance(baseline), n0, var, rounds_at_end)  # the final interval's, at today's spread
+    se, df = welch(statistics.variance(baseline), n0, math.sqrt(var / rounds_at_end), rounds_at_end - 1, rounds_at_end)
+    half = t975(df) * se  # the final interval's, at today's spread
     return settling_chance(statistics.fmean(now) - statistics.fmean(baseline), half, var, n, rounds_at_end, tolerance)
 
 
@@ -224,21 +209,15 @@ def machine_change(baseline: list[PairedRound], now: list[PairedRound]) -> Chang
     interval method): below 0, the machine got slower or busier, which the paired ratio discounts."""
     then = tamed([math.log(r.calibration_rate) for r in baseline if r.calibration_rate])
     today = tamed([math.log(r.calibration_rate) for r in now if r.calibration_rate])
-    return paired_change(then, today)
+    return Change.of(paired_change(then, today))
 
 
-def side_by_side_gain(rounds: list[PairedRound]) -> Ratio | None:
-    """The config over PyTorch's defaults, from the rounds that measured both side by side: the mean
-    log gain with a 95% t-interval over rounds (each a fresh process, so their spread holds what
-    differs from one process to the next; drift within a round hits both loaders alike). Not tamed: the
-    gain decides nothing, and pulling in rounds from five on would cost its interval its coverage (91%
-    at five rounds in simulation). None under two rounds."""
-    logs = [math.log(r.gain) for r in rounds if r.gain]
-    if len(logs) < 2:
-        return None
-    mean = statistics.fmean(logs)
-    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half))
+def side_by_side_gain(rounds: list[PairedRound]) -> Comparison | None:
+    """The config over PyTorch's defaults, from the rounds that measured both side by side (each a fresh
+    process, so their spread holds what differs from one process to the next; drift within a round hits
+    both loaders alike). Not tamed: the gain decides nothing, and pulling in rounds from five on would
+    cost its interval its coverage (91% at five rounds in simulation). None under two rounds."""
+    return compare(singly([math.log(r.gain) for r in rounds if r.gain]))
 
 
 def judge(
@@ -257,8 +236,8 @@ def judge(
     rates = [r.config_rate for r in rounds if r.config_rate]
     if not rates:
         return NOTHING, ["no round of the checked config could be measured"], None
-    change = paired_change(log_ratios(baseline), log_ratios(rounds))
-    status = decide(change, tolerance)
+    compared = paired_change(log_ratios(baseline), log_ratios(rounds))
+    status, change = decide(compared, tolerance), Change.of(compared)
     reasons = change_reasons(change, status, tolerance, "throughput fell {fell} against the shaped calibration",
                              "too few paired rounds to estimate the noise", other_cpu_text(cpu_change) if moved else MORE_ROUNDS)
     if moved and status != INCONCLUSIVE:  # a warning, not a verdict: on one VM the reading itself strayed 20-40%
