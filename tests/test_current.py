@@ -1,6 +1,6 @@
 """Your settings as the baseline (``--current``): parsed and checked (loadtune/model/config.py), always
 measured (engine/plan.py), the gain stated over them and "keep what you have" a possible verdict
-(analysis/recommend.py), re-measured side by side (search/confirmation.py), marked in the report."""
+(analysis/recommend.py), re-measured side by side (search/closing.py), marked in the report."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from loadtune.engine.plan import prepare
 from loadtune.model.config import PlanError, TrialConfig, current_config, parse_knobs
 from loadtune.model.results import Block, MemoryUsage, ScanResult, Trial
 from loadtune.report.scan import print_report
-from loadtune.search.confirmation import confirmation
+from loadtune.search.closing import closing_rounds
 
 MiB = 2**20
 
@@ -86,7 +86,7 @@ def test_the_closing_rounds_measure_the_current_settings_beside_the_contenders()
     result = empty_result()
     result.settings.current = W8.key
     result.trials = [trial(W0, 100), trial(TrialConfig(64, 1, prefetch_factor=2), 398), trial(W2, 400), trial(W8, 250)]
-    wanted = {p.config for p in confirmation(result, rounds=1, noise_floor=0.02, seed=0)}
+    wanted = {p.config for p in closing_rounds(result, rounds=1, noise_floor=0.02, seed=0)}
     assert W8 in wanted and W0 not in wanted  # the reference is theirs, not PyTorch's defaults
 
 

@@ -10,16 +10,16 @@ import pytest
 from conftest import SPECS, empty_result, fake_trial, quick_request
 
 from loadtune.analysis.comparison import SLOWER, TIED, UNDECIDED, Comparison
-from loadtune.analysis.race import (after_another_leg, close, narrows, next_leg, pair_logs,
+from loadtune.analysis.race import (MIN_LEGS, PAIRS_PER_LEG, WIDE, RacePolicy, after_another_leg, close, narrows, next_leg, pair_logs,
                                     race_order, race_ratio, relative_to, standing_of, verdict)
 from loadtune.analysis.recommend import recommend
-from loadtune.engine import race as race_mod
 from loadtune.engine.race import RaceRun, ending_note, race
 from loadtune.engine.trial.paired import race_orders
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
 from loadtune.model.results import Block, Trial
-from loadtune.search.race import MAX_RACERS, entrants
+from loadtune.analysis.race import MAX_RACERS
+from loadtune.search.race import entrants
 
 W0, W1, W2, W4 = (TrialConfig(32, w, False, 2 if w else None, bool(w)) for w in (0, 1, 2, 4))
 FLOOR = 0.02
@@ -261,9 +261,9 @@ def simulated_run(rates: dict, seed: int, budget_s: float | None = None) -> tupl
 
 def test_a_leg_that_would_overrun_the_budget_is_not_started_the_first_one_included():
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0, W1: 500.0}, seed=0, budget_s=2.5)
-    assert race(trials, [W4, W2, W1], FLOOR, run, max_legs=4) == "budget" and legs == []  # 3 configs x 1 s > 2.5 s
+    assert race(trials, [W4, W2, W1], RacePolicy(FLOOR, 4), run) == "budget" and legs == []  # 3 configs x 1 s > 2.5 s
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0, W1: 500.0}, seed=0, budget_s=4.0)
-    assert race(trials, [W4, W2, W1], FLOOR, run, max_legs=4) == "budget" and len(legs) == 1  # the second would not fit
+    assert race(trials, [W4, W2, W1], RacePolicy(FLOOR, 4), run) == "budget" and len(legs) == 1  # the second would not fit
 
 
 def test_the_race_stops_once_decided_but_not_before_every_config_ran_two_legs():
@@ -272,20 +272,20 @@ def test_the_race_stops_once_decided_but_not_before_every_config_ran_two_legs():
     and stops; with one leg allowed, one leg."""
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0, W1: 500.0}, seed=0)
     assert verdict(simulated_leg({W4: 2000.0, W2: 1000.0, W1: 500.0}, 1, random.Random(0)), FLOOR).decided
-    assert race(trials, [W4, W2, W1], FLOOR, run, 5) == "decided"
-    assert legs[:race_mod.MIN_LEGS] == [[W4, W2, W1]] * race_mod.MIN_LEGS and verdict(trials, FLOOR).decided
+    assert race(trials, [W4, W2, W1], RacePolicy(FLOOR, 5), run) == "decided"
+    assert legs[:MIN_LEGS] == [[W4, W2, W1]] * MIN_LEGS and verdict(trials, FLOOR).decided
     # then the leader with those whose interval is wider than WIDE where another leg would narrow it, until none is
-    assert all(leg[0] == W4 for leg in legs[race_mod.MIN_LEGS:])
-    assert not any(narrows(s.ratio, race_mod.WIDE, race_mod.PAIRS_PER_LEG) for s in verdict(trials, FLOOR).standings
+    assert all(leg[0] == W4 for leg in legs[MIN_LEGS:])
+    assert not any(narrows(s.ratio, WIDE, PAIRS_PER_LEG) for s in verdict(trials, FLOOR).standings
                    if s.ratio is not None)
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0}, seed=0)
-    race(trials, [W4, W2], FLOOR, run, 1)
+    race(trials, [W4, W2], RacePolicy(FLOOR, 1), run)
     assert len(legs) == 1
 
 
 def test_the_race_ends_at_its_legs_and_says_who_was_undecided():
     run, trials, legs = simulated_run({W4: 1030.0, W2: 1000.0}, seed=4)
-    how = race(trials, [W4, W2], FLOOR, run, max_legs=2)
+    how = race(trials, [W4, W2], RacePolicy(FLOOR, 2), run)
     v = verdict(trials, FLOOR)
     assert not v.decided and how == "legs" and len(legs) == 2
     assert "undecided" in ending_note(how, v, 2) and "not picked over the leader" in ending_note(how, v, 2)
@@ -295,7 +295,7 @@ def test_the_race_rests_configs_another_leg_could_not_decide_and_says_so():
     """1% apart sits on the 2% floor: after its two legs no third leg could decide, so the race ends
     with legs to spare, says why, and the cheaper config is picked as the close one it is."""
     run, trials, legs = simulated_run({W4: 1010.0, W2: 1000.0}, seed=4)
-    how = race(trials, [W4, W2], FLOOR, run, max_legs=5)
+    how = race(trials, [W4, W2], RacePolicy(FLOOR, 5), run)
     v = verdict(trials, FLOOR)
     assert how == "futile" and len(legs) < 5 and not v.decided
     assert "another leg could not decide" in ending_note(how, v, 5)
@@ -304,9 +304,9 @@ def test_the_race_rests_configs_another_leg_could_not_decide_and_says_so():
 
 def test_a_resumed_race_goes_on_from_its_legs():
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0}, seed=0)
-    race(trials, [W4, W2], FLOOR, run, 1)  # interrupted after one leg
-    assert race(trials, [W4, W2], FLOOR, run, 5) == "decided" and len(legs) == race_mod.MIN_LEGS  # its second leg
-    assert race(trials, [W4, W2], FLOOR, run, 5) == "decided" and len(legs) == race_mod.MIN_LEGS  # nothing left to race
+    race(trials, [W4, W2], RacePolicy(FLOOR, 1), run)  # interrupted after one leg
+    assert race(trials, [W4, W2], RacePolicy(FLOOR, 5), run) == "decided" and len(legs) == MIN_LEGS  # its second leg
+    assert race(trials, [W4, W2], RacePolicy(FLOOR, 5), run) == "decided" and len(legs) == MIN_LEGS  # nothing left to race
 
 
 def test_a_screening_trial_times_six_blocks_at_most_after_half_the_warmup_only_where_the_race_follows():
@@ -341,12 +341,12 @@ def test_a_real_race_tells_two_workers_from_one_on_a_waiting_dataset():
     for number in (1, 2):
         leg = run_leg(SpecRef(str(SPECS / "sleep_dial.py")), quick_request(one), [one, two], number, seed=number)
         assert [t.config for t in leg] == [one, two] and all(t.ok and t.raced and t.leg == number for t in leg)
-        assert len(leg[0].blocks) == len(leg[1].blocks) == 2 * race_mod.PAIRS_PER_LEG  # a block each per turn
+        assert len(leg[0].blocks) == len(leg[1].blocks) == 2 * PAIRS_PER_LEG  # a block each per turn
         trials += leg
     v = verdict(trials, FLOOR)
     assert v.leader == two and v.standing(one).status == SLOWER
     r = race_ratio(trials, one, two)
-    assert r.pairs == 2 * race_mod.PAIRS_PER_LEG and r.legs == 2
+    assert r.pairs == 2 * PAIRS_PER_LEG and r.groups == 2
     assert 0.3 < r.value < 0.7 and r.low <= r.value <= r.high
 
 

@@ -112,7 +112,7 @@ def test_confirmation_remeasures_contenders_side_by_side():
 
 
 def test_a_pick_tied_only_by_wide_intervals_is_measured_again_beside_the_fastest():
-    from loadtune.search.confirmation import SETTLE_ROUNDS
+    from loadtune.search.closing import SETTLE_ROUNDS
 
     # 2 workers are 8% slower than 4; blocks spread ±30%, so one side-by-side round leaves them tied
     rate = {0: 1000, 1: 1800, 2: 2760, 4: 3000}
@@ -175,14 +175,14 @@ def test_default_search_runs_fewer_trials_than_the_grid_and_keeps_its_budget(tmp
 
 def test_confirmation_never_reproposes_a_skipped_config():
     from loadtune.model.config import Skip
-    from loadtune.search.confirmation import confirmation
+    from loadtune.search.closing import closing_rounds
 
     rate = {0: 1000, 1: 1800, 2: 3000, 4: 3010}
     result = drive(adaptive(workers=(0, 1, 2, 4), prefetch=(2,), persistent=True, max_workers=4), lambda c: rate[c.num_workers])
     contenders_ = {t.config for t in result.trials if t.round == 1}
     result.trials = [t for t in result.trials if t.round == 0]
     result.skipped = [Skip(c.label(), "CUDA out of memory", c.key) for c in contenders_]
-    assert confirmation(result, 1, 0.02, 0) == []
+    assert closing_rounds(result, 1, 0.02, 0) == []
 
 
 def test_other_batch_sizes_start_at_the_best_counts_and_a_leading_one_gets_its_neighbours():
@@ -230,7 +230,7 @@ def test_a_pick_the_confirmation_made_is_itself_confirmed():
     # round re-measures the 4-worker pair at ~1100 (the machine drifted), the pooled intervals
     # widen, and 2 workers becomes the cheapest config tied with the fastest: the pick. It is
     # re-measured before it is recommended.
-    from loadtune.search.confirmation import confirmation
+    from loadtune.search.closing import closing_rounds
 
     def run(config, rates, round_=0):
         t = Trial(config, "ok", startup_s=0.05, blocks=[Block(int(r), 10, 1.0) for r in rates],
@@ -243,13 +243,13 @@ def test_a_pick_the_confirmation_made_is_itself_confirmed():
     result = empty_result()
     result.trials = [run(w2, [950, 900, 1000, 1050, 850]), run(w4a, [1500, 1490, 1510, 1500, 1495]),
                      run(w4b, [1480, 1475, 1485, 1480, 1470])]
-    first = confirmation(result, 1, 0.02, 0)
+    first = closing_rounds(result, 1, 0.02, 0)
     assert {p.config for p in first} == {w4a, w4b}  # 2 workers is not a contender yet
     result.trials += [run(w4a, [1100, 1050, 1150, 1090, 1110], 1), run(w4b, [1080, 1040, 1120, 1070, 1090], 1)]
     assert loadtune.analysis.recommend.recommend(result.trials).config == w2  # the pooled rounds made it the pick
-    assert [(p.config, p.round) for p in confirmation(result, 1, 0.02, 0)] == [(w2, 1)]
+    assert [(p.config, p.round) for p in closing_rounds(result, 1, 0.02, 0)] == [(w2, 1)]
     result.trials.append(run(w2, [880, 900, 920, 890, 910], 1))
     # confirmed, not again; still tied with the fastest only through the drift the search saw, so the
     # two are measured once more side by side (settling), and nothing else
-    settle = confirmation(result, 1, 0.02, 0)
+    settle = closing_rounds(result, 1, 0.02, 0)
     assert settle and {p.config for p in settle} <= {w2, w4a} and {p.round for p in settle} == {2}

@@ -30,6 +30,19 @@ from loadtune.model.estimate import t95
 from loadtune.model.results import Trial
 
 MIN_PAIRS = 3  # turn pairs before a ratio gets an interval: fewer give t(1), t(2) intervals that decide nothing
+PAIRS_PER_LEG = 3  # turn pairs a leg times: a fresh process every few pairs
+# legs every raced config runs before the race may decide: a leg's pairs share their processes (where
+# each landed on the cores, its memory), and what differs between processes enters a ratio's interval
+# only from its second leg on; decided in one leg, intervals held long runs' ratio in 16 of 21 races
+MIN_LEGS = 2
+# from its second leg on, a config whose ratio to the pick (the figure the table prints) is known no
+# better than this races on with the pick, where one more leg would bring it within this or halve it (two
+# legs that disagree give a t(1) interval: PyTorch's defaults read 0.53x (0.33-0.87) the pick on
+# iterable); one that another leg would narrow only a little rests (``narrows``)
+WIDE = 0.05
+# loaders alive at once in a leg, at most: each racer adds its own turns and warm-up to every leg (a
+# fourth cost 8% of the summed time to the answer: benchmarks/RESULTS.md, "Three racers, not four")
+MAX_RACERS = 3
 
 LEADER = "leader"
 
@@ -185,6 +198,50 @@ def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None,
     if not rest and not loose:
         return []
     return list(dict.fromkeys([v.leader, *([pick] if loose else []), *rest]))
+
+
+def can_race(race_legs: int, confirm: int, ranks: int) -> bool:
+    """Whether the contenders race: unless the user asked for no race (``race_legs`` 0) or no
+    re-measuring (``confirm`` 0), and with one rank per trial: several ranks' blocks would have to take
+    turns together, which neither the scan's agent (it runs whole trials) nor autotune's ranks (they
+    gather whole windows) do. Where it cannot, the closing rounds are the fallback (``search/closing.py``)."""
+    return race_legs > 0 and confirm > 0 and ranks == 1
+
+
+@dataclass(frozen=True)
+class RacePolicy:
+    """How the race is run, the scan's and autotune's alike: ``floor`` the noise floor the verdicts test
+    against, ``max_legs`` the legs at most (``--race-legs``), the rest as measured (module constants)."""
+
+    floor: float
+    max_legs: int
+    pairs_per_leg: int = PAIRS_PER_LEG
+    min_legs: int = MIN_LEGS
+    wide: float = WIDE
+    racers: int = MAX_RACERS
+
+    @property
+    def races(self) -> bool:
+        return self.max_legs > 0
+
+    def racing(self, trials: list[Trial], entrants: list[TrialConfig], pick: TrialConfig | None = None) -> list[TrialConfig]:
+        """Who runs the next leg: ``entrants`` until the race has a verdict (a leg cut short has none),
+        every config raced so far until ``min_legs`` legs are run (``max_legs`` permitting), then the
+        leader, the undecided that one more leg could decide, and ``pick`` (a raced config; else the
+        leader) with those whose ratio to it is wider than ``wide`` where one more leg would narrow it
+        (``next_leg``). Empty: the race is over, whatever the legs left."""
+        current = verdict(trials, self.floor)
+        if current is None:
+            return entrants
+        raced = raced_configs(trials)
+        if self.legs_run(trials) < min(self.min_legs, self.max_legs):
+            return raced
+        pick = pick if pick in raced else current.leader
+        return next_leg(current, self.wide, self.floor, self.pairs_per_leg, pick, relative_to(trials, pick))
+
+    @staticmethod
+    def legs_run(trials: list[Trial]) -> int:
+        return max((t.leg for t in trials if t.raced), default=0)
 
 
 def race_order(trials: list[Trial], floor: float) -> list[TrialConfig]:

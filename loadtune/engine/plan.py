@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from loadtune.analysis.race import can_race
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine import machine as machine_mod
 from loadtune.engine import probe as probe_mod
@@ -300,10 +301,8 @@ def make_strategy(
 
 
 def races(opts: ScanOptions) -> bool:
-    """The contenders are raced side by side (``engine/race.py``): always, unless the user asked for no
-    race (``race_legs`` 0) or no re-measuring (``confirm`` 0), or each trial runs several ranks, whose agent
-    cannot take turns; those scans keep the closing rounds of separate trials."""
-    return opts.confirm > 0 and opts.race_legs > 0 and opts.nproc_per_node == 1 and opts.nnodes == 1
+    """The contenders are raced side by side (``engine/race.py``) where the race can run (``can_race``)."""
+    return can_race(opts.race_legs, opts.confirm, opts.nproc_per_node * opts.nnodes)
 
 
 def confirm_rounds(opts: ScanOptions) -> int:

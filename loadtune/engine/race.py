@@ -4,12 +4,13 @@ In a leg every raced config's loader is alive at once, each in a trial process o
 parent tells them in turn to time one short block (``engine.trial.duet``): a shuffled order, then its
 reverse (``paired.race_orders``). Between its blocks a loader rests frozen, its workers stopped where
 they were (``paired.frozen_turn``), so its blocks are windows of one continuous run. Each config's
-blocks of a leg come back as a trial of its own (``Trial.raced``, ``round`` the leg's number), so the
-pooled figures, the table and the JSON treat a leg as one more run of each config. Every raced config runs at least two legs, in fresh processes
-each, so what differs between processes enters the intervals; after that the verdict
-(``analysis.race``) sends the leader and the configs still undecided against it, and the pick with the
-configs whose ratio to it is known too loosely (``WIDE``) where one more leg would narrow it, into the
-next leg, until none is left, the race's legs are spent, or the scan's budget is.
+blocks of a leg come back as a trial of its own (``Trial.leg`` the leg's number), so the pooled
+figures, the table and the JSON treat a leg as one more run of each config. Who runs each leg is the
+race policy's (``analysis.race.RacePolicy``, autotune's too): every raced config at least two legs, in
+fresh processes each, so what differs between processes enters the intervals; then the leader and the
+configs still undecided against it, and the pick with the configs whose ratio to it is known too
+loosely where one more leg would narrow it, until none is left, the race's legs are spent, or the
+scan's budget is.
 
 Why a process per config rather than every loader in one: a loader in a shared process paid for its
 neighbours' workers. Each fork of a neighbour's workers makes the shared process's pages
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loadtune.analysis.race import RaceVerdict, next_leg, raced_configs, relative_to, verdict
+from loadtune.analysis.race import PAIRS_PER_LEG, RacePolicy, RaceVerdict, verdict
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.duet import SideEntry, run_in_turns
 from loadtune.engine.trial.paired import race_orders
@@ -33,16 +34,6 @@ from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import Trial
 
-PAIRS_PER_LEG = 3  # turn pairs a leg times: a fresh process every few pairs
-# legs every raced config runs before the race may decide: a leg's pairs share their processes (where
-# each landed on the cores, its memory), and what differs between processes enters a ratio's interval
-# only from its second leg on; decided in one leg, intervals held long runs' ratio in 16 of 21 races
-MIN_LEGS = 2
-# from its second leg on, a config whose ratio to the pick (the figure the table prints) is known no
-# better than this races on with the pick, where one more leg would bring it within this or halve it (two
-# legs that disagree give a t(1) interval: PyTorch's defaults read 0.53x (0.33-0.87) the pick on
-# iterable); one that another leg would narrow only a little rests (analysis.race.narrows)
-WIDE = 0.05
 # of the scan's warm-up, per raced loader and per screening trial the race follows: its start-up backlog is
 # drained whatever this is
 WARMUP_SHARE = 0.5
@@ -51,15 +42,12 @@ TURN_SHARE = 0.5
 
 
 def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[TrialConfig], number: int,
-            seed: int, on_event: Callable[[str, Any], None] | None = None, frozen: bool = True,
-            turn_share: float = TURN_SHARE) -> list[Trial]:
-    """One leg: ``configs`` raced, a live process each. Returns each config's trial of the leg (failed,
-    with its own error or the leg's, where the leg failed or the config timed no block). ``frozen``
-    False: resting loaders' workers run on and settle (as ``check --against``'s), for comparison;
-    ``turn_share`` other than ``TURN_SHARE``: turns of another length, for comparison."""
-    raced = leg_request(request, frozen)
+            seed: int, on_event: Callable[[str, Any], None] | None = None, pairs: int = PAIRS_PER_LEG) -> list[Trial]:
+    """One leg: ``configs`` raced, a live process each, ``pairs`` turn pairs. Returns each config's trial
+    of the leg (failed, with its own error or the leg's, where the leg failed or the config timed no block)."""
+    raced = leg_request(request)
     sides = {i: (source, replace(raced, config=c)) for i, c in enumerate(configs)}
-    got = run_in_turns(sides, race_orders(len(configs), PAIRS_PER_LEG, seed), request.timing.block_s * turn_share,
+    got = run_in_turns(sides, race_orders(len(configs), pairs, seed), request.timing.block_s * TURN_SHARE,
                        on_event=on_event)
     trials = [got[i] for i in range(len(configs))]
     failed = next((t.error for t in trials if t.error is not None), None)
@@ -72,11 +60,11 @@ def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[T
     return trials
 
 
-def leg_request(request: TrialRequest, frozen: bool = True) -> TrialRequest:
+def leg_request(request: TrialRequest) -> TrialRequest:
     """How a raced loader is asked for: its share of the warm-up, blocks cut by time (turns must stay
-    short and alike), frozen between its turns unless ``frozen`` is False."""
+    short and alike), frozen between its turns."""
     timing = replace(request.timing, warmup_s=request.timing.warmup_s * WARMUP_SHARE)
-    return replace(request, timing=timing, entry=SideEntry(whole_epochs=False, frozen=frozen))
+    return replace(request, timing=timing, entry=SideEntry(whole_epochs=False, frozen=True))
 
 
 @dataclass
@@ -90,18 +78,16 @@ class RaceRun:
     pick: Callable[[], TrialConfig | None] = lambda: None  # the pick so far (the race's leader if none)
 
 
-def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, race_run: RaceRun, max_legs: int) -> str:
-    """Race ``entrants`` (or, on a resumed scan, whoever the legs so far left undecided) until the race
-    decides, ``max_legs`` at most; ``trials`` holds every trial so far and grows with the legs. Returns how it ended:
-    "decided", "futile" (those left undecided sit so near the noise floor that another leg could not
-    decide them), "legs" (its legs were spent) or "budget"."""
-    done = [t for t in trials if t.raced]
-    number = max((t.leg for t in done), default=0)
-    current = verdict(trials, noise_floor)
-    configs = racing(trials, entrants, current, number, max_legs, noise_floor, race_run.pick())
+def race(trials: list[Trial], entrants: list[TrialConfig], policy: RacePolicy, race_run: RaceRun) -> str:
+    """Race ``entrants`` (or, on a resumed scan, whoever the legs so far left undecided) as ``policy``
+    says, until the race decides; ``trials`` holds every trial so far and grows with the legs. Returns
+    how it ended: "decided", "futile" (those left undecided sit so near the noise floor that another leg
+    could not decide them), "legs" (its legs were spent), "budget" or "failed"."""
+    number = policy.legs_run(trials)
+    configs = policy.racing(trials, entrants, race_run.pick())
     last_wall = race_run.share_s
     while len(configs) >= 2:
-        if number >= max_legs:
+        if number >= policy.max_legs:
             return "legs"
         if last_wall and not race_run.fits(last_wall * len(configs)):
             return "budget"
@@ -111,27 +97,11 @@ def race(trials: list[Trial], entrants: list[TrialConfig], noise_floor: float, r
         if not any(t.ok for t in leg):
             return "failed"
         last_wall = sum(t.wall_s for t in leg) / len(leg)
-        current = verdict(trials, noise_floor)
-        configs = [] if current is None else racing(trials, entrants, current, number, max_legs, noise_floor,
-                                                    race_run.pick())
+        configs = policy.racing(trials, entrants, race_run.pick()) if verdict(trials, policy.floor) is not None else []
+    current = verdict(trials, policy.floor)
     if current is not None and current.undecided:  # those left rest: another leg could not decide them
-        return "legs" if number >= max_legs else "futile"
+        return "legs" if number >= policy.max_legs else "futile"
     return "decided"
-
-
-def racing(trials: list[Trial], entrants: list[TrialConfig], current: RaceVerdict | None, legs_run: int,
-           max_legs: int, noise_floor: float, pick: TrialConfig | None = None) -> list[TrialConfig]:
-    """Who runs the next leg: every entrant until the race has a verdict, every config raced so far
-    until ``MIN_LEGS`` legs are run (``max_legs`` permitting), then the leader, the undecided that one
-    more leg could decide, and ``pick`` (a raced config; else the leader) with those whose ratio to it
-    is wider than ``WIDE`` where one more leg would narrow it (``analysis.race.next_leg``)."""
-    if current is None:
-        return entrants
-    raced = raced_configs(trials)
-    if legs_run < min(MIN_LEGS, max_legs):
-        return raced
-    pick = pick if pick in raced else current.leader
-    return next_leg(current, WIDE, noise_floor, PAIRS_PER_LEG, pick, relative_to(trials, pick))
 
 
 def ending_note(how: str, v: RaceVerdict | None, max_legs: int) -> str | None:

@@ -20,6 +20,7 @@ from loadtune.engine import calibration
 from loadtune.engine import stages as stages_mod
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
+from loadtune.analysis.race import RacePolicy
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.engine.plan import Plan, prepare, races, resume_from
 from loadtune.engine.race import WARMUP_SHARE, RaceRun, ending_note, race, run_leg
@@ -196,7 +197,9 @@ def race_contenders(run: Run) -> None:
     result, opts, observer = run.plan.result, run.plan.options, run.observer
     if not races(opts):
         return
-    chosen = entrants(result, opts.noise_floor, race_memory_limit(opts.max_memory, run.plan.machine.memory_available_bytes))
+    policy = RacePolicy(opts.noise_floor, opts.race_legs)
+    chosen = entrants(result, opts.noise_floor, race_memory_limit(opts.max_memory, run.plan.machine.memory_available_bytes),
+                      policy.racers)
     if chosen.left_out:
         result.notes.append("left out of the race for memory (its loaders all live at once): "
                             + ", ".join(c.label() for c in chosen.left_out))
@@ -205,7 +208,7 @@ def race_contenders(run: Run) -> None:
         if observer:
             observer.race_started(number, configs)
         return run_leg(run.plan.source, run.request_for(configs[0]), configs, number, opts.seed + number,
-                       observer.trial_event if observer else None)
+                       observer.trial_event if observer else None, policy.pairs_per_leg)
 
     def recorded(trials: list[Trial]) -> None:
         result.trials.extend(trials)
@@ -216,8 +219,7 @@ def race_contenders(run: Run) -> None:
 
     fits = lambda seconds: not opts.budget or time.monotonic() - run.started + seconds + expected_trial_s(result, opts) <= opts.budget
     pick = lambda: result.recommendation.config if result.recommendation else None
-    how = race(result.trials, chosen.configs, opts.noise_floor,
-               RaceRun(leg, fits, recorded, expected_trial_s(result, opts), pick), opts.race_legs)
+    how = race(result.trials, chosen.configs, policy, RaceRun(leg, fits, recorded, expected_trial_s(result, opts), pick))
     if how == "budget" and not any(t.raced for t in result.trials):
         result.notes.append(f"no race: its first leg would exceed the {opts.budget:g} s budget; the pick comes from "
                             "the screening's trials, each timed alone")

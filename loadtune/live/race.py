@@ -9,8 +9,8 @@ that ran before it has no batch in flight, so its workers do not share the cores
 then it times a block of whole bursts. Every batch trains: nothing is skipped or repeated, only the
 batches' order within the epoch changes while the race runs (batches, not samples, interleave).
 
-A leg's blocks become one trial per config (``Trial.raced``, ``round`` the leg's number), so the
-scan's verdicts (``analysis/race.py``) and its pick (``analysis/recommend.race_pick``) decide here too.
+A leg's blocks become one trial per config (``Trial.leg`` the leg's number), so the scan's race policy
+and verdicts (``analysis/race.py``) and its pick (``analysis/recommend.race_pick``) decide here too.
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from loadtune.analysis.race import PAIRS_PER_LEG
 from loadtune.engine.trial.paired import race_orders
 from loadtune.live.meter import Pending, whole_bursts
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import Block, Trial
 
-PAIRS_PER_LEG = 3  # turn pairs per leg: the race's verdict needs three before it gives an interval
-LIVE_RACERS = 3  # loaders alive at once, at most: each turn pair costs two blocks of each
 SETTLE_TURNS = 4  # a turn waits at most this many of its blocks' batches for the loader before it to settle
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from loadtune.analysis.race import next_leg, verdict
+from loadtune.analysis.race import RacePolicy
 from loadtune.analysis.recommend import recommend
 from loadtune.engine.plan import worker_cap
 from loadtune.engine.trial.measure import Timing
-from loadtune.live.race import LIVE_RACERS, Leg
+from loadtune.live.race import Leg
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import Recommendation, ScanResult, Trial
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
@@ -187,25 +187,25 @@ class Tuner:
         return leg
 
     def next_leg(self) -> Leg | None:
-        """The race's next leg: the screening's entrants (``search/race.py``), then the leader and the
-        configs still undecided against it; None when it needs none (``stop`` then says how it ended)."""
+        """The race's next leg, as the scan's race policy says (``analysis.race.RacePolicy``): the
+        screening's entrants (``search/race.py``), then who races on; None when it needs none (``stop``
+        then says how it ended)."""
         if not self.races:
             return None
+        policy = RacePolicy(self.options.noise_floor, self.options.race_legs)
         raced = [t for t in self.trials if t.raced]
-        number = max((t.leg for t in raced), default=0)
-        floor = self.options.noise_floor
+        number = policy.legs_run(self.trials)
         if not raced:
             limit = race_memory_limit(None, self.result.machine.memory_available_bytes)
             # no runner-up for a lone contender: on the live loop its legs cost the training run speed, and
             # there is no table whose ± they would teach
-            configs = entrants(self.result, floor, limit, runner_up_too=False).configs[:LIVE_RACERS]
-        else:
-            v = verdict(self.trials, floor)  # None: the legs so far were cut too short to rank anyone: race them again
-            configs = next_leg(v) if v is not None else [t.config for t in raced if t.leg == number]
-            if not configs:
+            configs = entrants(self.result, policy.floor, limit, policy.racers, runner_up_too=False).configs
+        else:  # a leg cut too short to rank anyone races again
+            configs = policy.racing(self.trials, [t.config for t in raced if t.leg == number])
+            if len(configs) < 2:
                 self.stop = "the search is complete and the race decided"
-            elif number >= self.options.race_legs:
-                self.stop = f"the search is complete; the race's {self.options.race_legs} legs were spent"
+            elif number >= policy.max_legs:
+                self.stop = f"the search is complete; the race's {policy.max_legs} legs were spent"
                 return None
         return Leg(tuple(configs), number + 1) if len(configs) >= 2 else None
 

@@ -1,2 +1,2 @@
 """What to measure next: the search space and the strategies (grid, adaptive) that propose trials
-from what has been measured, ending with side-by-side confirmation rounds."""
+from what has been measured; where the race cannot run, ending with side-by-side closing rounds (``closing``)."""

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadtune.analysis.race import MAX_RACERS
 from loadtune.analysis.recommend import baseline_for, contenders
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ConfigResult, ScanResult, by_config
 
-MAX_RACERS = 3  # loaders alive at once in a leg, at most: each racer adds its own turns and warm-up to every
-# leg (a fourth cost 8% of the summed time to the answer: benchmarks/RESULTS.md, "Three racers, not four")
 FASTEST = 2  # of the screening's fastest configs
 MEMORY_SHARE = 0.5  # the live loaders together may hold this share of the memory available, without --max-memory
 
@@ -39,10 +38,11 @@ def screened(result: ScanResult) -> list[ConfigResult]:
     return by_config([t for t in result.trials if t.round == 0 and not t.raced])
 
 
-def entrants(result: ScanResult, noise_floor: float, memory_limit: int, runner_up_too: bool = True) -> Entrants:
+def entrants(result: ScanResult, noise_floor: float, memory_limit: int, racers: int = MAX_RACERS,
+             runner_up_too: bool = True) -> Entrants:
     """The configs to race: the cheapest contender, the fastest, the defaults (or the user's current
     settings), then the next fastest contenders (where all that is one config and ``runner_up_too``,
-    the best other: ``runner_up``), up to ``MAX_RACERS`` and while the peak memory of their screening
+    the best other: ``runner_up``), up to ``racers`` and while the peak memory of their screening
     runs, summed, stays under ``memory_limit`` (a config whose memory was not measured counts as the
     largest measured)."""
     configs = screened(result)
@@ -59,7 +59,7 @@ def entrants(result: ScanResult, noise_floor: float, memory_limit: int, runner_u
     used = 0
     largest = max((c.memory.peak_bytes for c in configs if c.memory), default=0)
     for c in {c.config: c for c in wanted}.values():
-        if len(chosen) == MAX_RACERS:
+        if len(chosen) == racers:
             break
         need = c.memory.peak_bytes if c.memory else largest
         if chosen and used + need > memory_limit:

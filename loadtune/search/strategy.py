@@ -4,7 +4,7 @@ measured so far.
 Strategies are pure functions of the measurements: ``propose(result)`` returns the trials still
 wanted, first one first, and given the same measurements they make the same proposals, so an
 interrupted scan resumes by asking again. ``GridSearch`` and ``AdaptiveSearch`` both end with the
-side-by-side rounds of ``confirmation``.
+side-by-side rounds of ``closing.closing_rounds`` (the fallback where the race cannot run).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Proposal:
     """One trial a strategy wants: a config, in the search (round 0) or in a side-by-side round."""
 
     config: TrialConfig
-    round: int = 0  # 0: search; 1, 2, ...: confirmation rounds
+    round: int = 0  # 0: search; 1, 2, ...: closing rounds
 
 
 def measured(result: ScanResult, round_: int = 0) -> dict[TrialConfig, ConfigResult]:
@@ -38,7 +38,7 @@ class Strategy(Protocol):
     """What the scan asks of a search: the next trials, and what to tell the user at the end."""
 
     name: str
-    planned: int | None  # trials the search plans before confirmation, when known up front (the grid)
+    planned: int | None  # trials the search plans before closing rounds, when known up front (the grid)
 
     def propose(self, result: ScanResult) -> list[Proposal]:
         """The trials still wanted, first one first; empty when the search is done."""

@@ -1,7 +1,12 @@
-"""The closing rounds of every search: the contenders re-measured side by side, interleaved, with
-PyTorch's defaults among them (beside a clear winner too), so drift of the machine between the first
-and the last trial picks neither the winner nor the gain; a pick tied with a faster config only by wide intervals is measured
-beside it a few more times."""
+"""The closing rounds: the fallback where the race cannot run. The contenders are re-measured in
+separate trials, interleaved, with PyTorch's defaults among them (beside a clear winner too), so drift
+of the machine between the first and the last trial picks neither the winner nor the gain; a pick tied
+with a faster config only by wide intervals is measured beside it a few more times.
+
+The race (``engine/race.py``) replaces them wherever its loaders can take turns: not with several ranks
+per trial (a leg's turns would have to pass between whole process groups, and the scan's agent runs
+whole trials), not with ``--race-legs 0``, and not in autotune on an IterableDataset or a sampler of the
+user's own (a race interleaves the racers' batches)."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ MAX_CONFIRM = 4  # contenders re-measured at most: the cheapest ones and the fas
 SETTLE_ROUNDS = 2  # more side-by-side rounds, at most, for a pick tied with the fastest only by wide intervals
 
 
-def confirmation(result: ScanResult, rounds: int, noise_floor: float, seed: int) -> list[Proposal]:
+def closing_rounds(result: ScanResult, rounds: int, noise_floor: float, seed: int) -> list[Proposal]:
     """Contenders from the search, re-measured once per round in a shuffled order, with PyTorch's
     defaults at the likely pick's batch size, even beside a clear winner: the gain over them is then
     measured side by side, not against the scan's very first trial. When the defaults are the pick,
