@@ -15,8 +15,9 @@ observations' spread with what the scan learned elsewhere (a pair of closing rou
 observations for an interval of its own), and a ``reference`` sample (a baseline's rounds) turns the
 ratio into a change against it, with Welch's interval (each session its own spread).
 
-The verdicts read the interval against a threshold: against a noise floor for the race (slower, tied,
-undecided) and against a tolerance for the checks (regression, pass, inconclusive).
+The verdicts read the printed 95% interval against a threshold: against a noise floor for the race
+(slower, tied, undecided) and against a tolerance for the checks (regression, pass, inconclusive), so
+no verdict is printed beside an interval that denies it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from loadtune.model.check import INCONCLUSIVE, PASS, REGRESSION
-from loadtune.model.estimate import t95, t975
+from loadtune.model.estimate import t975
 
 SLOWER, TIED, UNDECIDED = "slower", "tied", "undecided"
 
@@ -58,16 +59,6 @@ class Comparison:
     reference: int = 0  # a reference sample's observations, where the ratio is a change against it
 
     @property
-    def sure_low(self) -> float:
-        """The one-sided 95% lower bound."""
-        return self.value * math.exp(-t95(self.df) * self.se)
-
-    @property
-    def sure_high(self) -> float:
-        """The one-sided 95% upper bound."""
-        return self.value * math.exp(t95(self.df) * self.se)
-
-    @property
     def halfwidth(self) -> float:
         """The interval's half-width, relative (the larger side)."""
         return max(self.high / self.value - 1, 1 - self.low / self.value)
@@ -76,12 +67,13 @@ class Comparison:
         return f"{self.value:.2f}× ({self.low:.2f}–{self.high:.2f})"
 
     def against_floor(self, floor: float) -> str:
-        """``a`` against ``b`` (the leader) with a noise floor: slower (below ``1 - floor`` with 95%
-        confidence, one-sided), tied (above it with 95% confidence: it cannot be more than the floor
-        slower; the two one-sided tests of an equivalence test), or undecided."""
-        if self.sure_high < 1 - floor:
+        """``a`` against ``b`` (the leader) with a noise floor: slower (the whole 95% interval below
+        ``1 - floor``), tied (the whole interval at or above it: it cannot be more than the floor
+        slower; the two one-sided tests of an equivalence test, each at 2.5%), or undecided. The test
+        reads the interval printed beside the verdict, so the two never contradict each other."""
+        if self.high < 1 - floor:
             return SLOWER
-        if self.sure_low >= 1 - floor:
+        if self.low >= 1 - floor:
             return TIED
         return UNDECIDED
 

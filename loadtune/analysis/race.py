@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from loadtune.analysis.comparison import UNDECIDED, Comparison, after_more, compare
 from loadtune.model.config import TrialConfig
-from loadtune.model.estimate import t95
+from loadtune.model.estimate import t975
 from loadtune.model.results import Trial
 
 MIN_PAIRS = 3  # turn pairs before a ratio gets an interval: fewer give t(1), t(2) intervals that decide nothing
@@ -163,7 +163,7 @@ def could_decide(ratio: Comparison | None, floor: float, pairs: int) -> bool:
     if ratio is None or ratio.se <= 0 or ratio.pairs < 1:
         return True
     se = ratio.se * math.sqrt(ratio.pairs / (ratio.pairs + pairs))
-    return abs(math.log(ratio.value) - math.log(1 - floor)) >= t95(ratio.df + pairs) * se
+    return abs(math.log(ratio.value) - math.log(1 - floor)) >= t975(ratio.df + pairs) * se
 
 
 def narrows(ratio: Comparison, wide: float, pairs: int) -> bool:

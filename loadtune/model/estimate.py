@@ -20,9 +20,6 @@ MEDIAN_EFFICIENCY = 1.2533  # standard error of the median / standard error of t
 # Student's t, 97.5% quantile, by degrees of freedom: a handful of blocks needs a wider interval
 T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
-# Student's t, 95% one-sided (the 90% two-sided quantile), by degrees of freedom: one-sided tests' bounds
-T95 = [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
-       1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697]
 # MAD underestimates the spread of few values (Croux & Rousseeuw 1992); n > 9: n / (n - 0.8)
 MAD_SMALL_N = {2: 1.196, 3: 1.495, 4: 1.363, 5: 1.206, 6: 1.200, 7: 1.140, 8: 1.129, 9: 1.107}
 
@@ -49,11 +46,6 @@ class Estimate:
 def t975(df: int) -> float:
     """Student's t, 97.5% quantile, for ``df`` >= 1 degrees of freedom (1.96 past the table)."""
     return T975[df - 1] if df <= len(T975) else 1.96
-
-
-def t95(df: int) -> float:
-    """Student's t, 95% one-sided, for ``df`` >= 1 (1.645 past the table)."""
-    return T95[df - 1] if df <= len(T95) else 1.645
 
 
 def median_stderr(values: Sequence[float]) -> float:
