@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from conftest import SPECS, empty_result, fake_trial, quick_request
 
-from loadtune.analysis.comparison import SLOWER, TIED, UNDECIDED, Comparison
-from loadtune.analysis.race import (MIN_LEGS, PAIRS_PER_LEG, WIDE, RacePolicy, after_another_leg, close, narrows, next_leg, pair_logs,
+from loadtune.analysis.comparison import SLOWER, TIED, UNDECIDED, Comparison, after_more
+from loadtune.analysis.race import (MIN_LEGS, PAIRS_PER_LEG, WIDE, RacePolicy, close, legs_to, next_leg, precision_note, pair_logs,
                                     race_order, race_ratio, relative_to, standing_of, verdict)
 from loadtune.analysis.recommend import recommend
 from loadtune.engine.race import RaceRun, ending_note, race
@@ -146,19 +146,20 @@ def legs_of(logs_by_leg: list[list[float]], a: TrialConfig = W1, b: TrialConfig 
     return trials
 
 
-def test_a_third_leg_narrows_two_disagreeing_legs_a_lot_and_a_steady_spread_little():
+def test_a_third_leg_narrows_two_disagreeing_legs_a_lot_and_a_steady_spread_slowly():
     """Two legs whose means disagree leave one degree of freedom: ±1% pairs around legs 6% apart give an
-    interval of about ±30%, which a third leg would cut by more than half. Pairs spread ±12% in three legs
-    that agree give ±8%, and a fourth leg would narrow that by a fifth or so: racing on would cost a leg
-    and leave it far wider than ±5%."""
+    interval of about ±30%, which a third leg cuts by more than half. Pairs spread ±12% in three legs
+    that agree give ±8%, which takes several more legs to bring within ±5%."""
     disagree = race_ratio(legs_of([[-0.03, -0.02, -0.04], [0.03, 0.02, 0.04]]), W1, W2)
     assert disagree.df == 1 and disagree.between > 0 and disagree.halfwidth > 0.2
-    assert after_another_leg(disagree, 3) < disagree.halfwidth / 2
-    assert narrows(disagree, 0.05, 3)
+    assert after_more(disagree, 3, 1) < disagree.halfwidth / 2 and 2 <= legs_to(disagree, 0.05, 3) <= 6
     steady = race_ratio(legs_of([[0.12, -0.12, 0.0], [0.12, -0.12, 0.0], [0.12, -0.12, 0.0]]), W1, W2)
     assert steady.between == 0 and steady.df == 8 and 0.07 < steady.halfwidth < 0.10
-    assert 0.75 * steady.halfwidth < after_another_leg(steady, 3) < steady.halfwidth
-    assert not narrows(steady, 0.05, 3) and narrows(steady, 0.05, 0)  # without a leg's pairs: wider is enough
+    assert 0.75 * steady.halfwidth < after_more(steady, 3, 1) < steady.halfwidth
+    assert 3 <= legs_to(steady, 0.05, 3) <= 8 and legs_to(steady, 0.10, 3) == 0
+    assert legs_to(steady, 0.001, 3) is None  # past what more legs can do
+    note = precision_note(legs_of([[0.12, -0.12, 0.0], [0.12, -0.12, 0.0], [0.12, -0.12, 0.0]]), W2, 0.05, 3, 3)
+    assert W1.label() in note and "more legs would bring it within ±5%" in note and "--race-legs" in note
 
 
 def test_the_pick_races_on_with_a_config_whose_ratio_to_it_is_wide():
@@ -272,12 +273,12 @@ def test_the_race_stops_once_decided_but_not_before_every_config_ran_two_legs():
     and stops; with one leg allowed, one leg."""
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0, W1: 500.0}, seed=0)
     assert verdict(simulated_leg({W4: 2000.0, W2: 1000.0, W1: 500.0}, 1, random.Random(0)), FLOOR).decided
-    assert race(trials, [W4, W2, W1], RacePolicy(FLOOR, 5), run) == "decided"
+    how = race(trials, [W4, W2, W1], RacePolicy(FLOOR, 5), run)
+    assert how == "decided" or (how == "legs" and len(legs) == 5)  # decided, then raced to a precision
     assert legs[:MIN_LEGS] == [[W4, W2, W1]] * MIN_LEGS and verdict(trials, FLOOR).decided
-    # then the leader with those whose interval is wider than WIDE where another leg would narrow it, until none is
+    # then the leader with those whose interval to it is wider than WIDE, until none is or the legs are spent
     assert all(leg[0] == W4 for leg in legs[MIN_LEGS:])
-    assert not any(narrows(s.ratio, WIDE, PAIRS_PER_LEG) for s in verdict(trials, FLOOR).standings
-                   if s.ratio is not None)
+    assert len(legs) == 5 or not any(s.ratio.halfwidth > WIDE for s in verdict(trials, FLOOR).standings if s.ratio is not None)
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0}, seed=0)
     race(trials, [W4, W2], RacePolicy(FLOOR, 1), run)
     assert len(legs) == 1
@@ -413,3 +414,21 @@ def test_a_scan_races_its_contenders_and_states_the_gain_side_by_side(tmp_path):
     rec = result.recommendation
     assert rec.config == two and rec.baseline == zero and rec.speedup_pairs >= 3
     assert 1.2 < rec.speedup_low <= rec.speedup <= rec.speedup_high and 1.4 < rec.speedup < 3.0
+
+
+def test_a_progress_line_prints_no_verdict_its_interval_denies():
+    """'slower' is printed only beside an interval wholly below the floor, and two legs that disagree
+    print no t(1) interval as news."""
+    from loadtune.analysis.race import Standing
+    from loadtune.report.progress import standing_text
+    disagree = race_ratio(legs_of([[-0.30, -0.32, -0.31], [0.10, 0.12, 0.11]]), W1, W2)
+    assert disagree.halfwidth > 0.5 and standing_of(disagree, FLOOR) == UNDECIDED
+    assert "legs disagree" in standing_text(Standing(W1, UNDECIDED, disagree)) and "–" not in standing_text(Standing(W1, UNDECIDED, disagree))
+    for r in (known(0.68, 0.05, df=2), known(0.68, 0.2, df=2), known(0.97, 0.005), known(0.995, 0.004)):
+        s = Standing(W1, standing_of(r, FLOOR), r)
+        text = standing_text(s)
+        if s.status == SLOWER:
+            assert r.high < 1 - FLOOR and f"{r.high:.2f})" in text
+        if s.status == TIED:
+            assert r.low >= 1 - FLOOR
+        assert s.status != SLOWER or r.high < 1  # never "slower" beside an interval holding 1.0

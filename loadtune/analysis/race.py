@@ -112,12 +112,6 @@ def race_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Compariso
     return compare(groups, least=MIN_PAIRS)
 
 
-def after_another_leg(ratio: Comparison, pairs: int) -> float:
-    """The half-width (relative) ``ratio``'s interval would have after one more leg of ``pairs`` turn
-    pairs, were its variance parts to stay as measured (``comparison.after_more``)."""
-    return after_more(ratio, pairs)
-
-
 def leader_of(trials: list[Trial], configs: list[TrialConfig]) -> TrialConfig | None:
     """The config that the race puts ahead: the one whose worst ratio to any other is highest (it beats
     every other where there is such a config)."""
@@ -166,28 +160,30 @@ def could_decide(ratio: Comparison | None, floor: float, pairs: int) -> bool:
     return abs(math.log(ratio.value) - math.log(1 - floor)) >= t975(ratio.df + pairs) * se
 
 
-def narrows(ratio: Comparison, wide: float, pairs: int) -> bool:
-    """Whether a ratio's interval is wider than ``wide`` and one more leg of ``pairs`` turn pairs would
-    bring it within ``wide`` or halve it (``after_another_leg``); without ``pairs``, whether it is wider.
-    An interval that another leg would narrow only a little (a workload whose blocks spread widely, with
-    its degrees of freedom already plenty) rests: the leg would cost its time and change little."""
-    if ratio.halfwidth <= wide:
-        return False
-    return pairs <= 0 or after_another_leg(ratio, pairs) <= max(wide, ratio.halfwidth / 2)
+MAX_LEGS_AHEAD = 30  # how far ``legs_to`` looks: past it, more legs are not the cure
+
+
+def legs_to(ratio: Comparison, wide: float, pairs: int) -> int | None:
+    """How many more legs of ``pairs`` turn pairs would bring ``ratio``'s interval within ``wide``,
+    were its variance parts to stay as measured (0: it is within; None: not within ``MAX_LEGS_AHEAD``)."""
+    for extra in range(MAX_LEGS_AHEAD + 1):
+        if (ratio.halfwidth if not extra else after_more(ratio, extra * pairs, extra)) <= wide:
+            return extra
+    return None
 
 
 def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None, pairs: int = 0,
              pick: TrialConfig | None = None, to_pick: dict[TrialConfig, Comparison] | None = None) -> list[TrialConfig]:
-    """Who races on: the leader and the undecided, and the pick with every config whose ratio to it
-    ``narrows`` (a verdict may stand, but the figure the table prints beside it tells a reader nothing);
-    nobody when none of them is left. ``pick`` is the leader unless given, ``to_pick`` each other raced
-    config's ratio to it (``relative_to``). With ``floor`` and ``pairs`` (a leg's turn pairs), an
-    undecided config that one more leg could not decide (``could_decide``) rests unless its ratio to the
-    pick narrows."""
+    """Who races on: the leader and the undecided, and the pick with every config whose ratio to it is
+    wider than ``wide`` (a verdict may stand, but the figure the table prints beside it is not yet
+    precise enough to act on); nobody when none of them is left. ``pick`` is the leader unless given,
+    ``to_pick`` each other raced config's ratio to it (``relative_to``). With ``floor`` and ``pairs`` (a
+    leg's turn pairs), an undecided config that one more leg could not decide (``could_decide``) rests
+    unless its ratio to the pick is wide."""
     pick = pick or v.leader
     if to_pick is None:
         to_pick = {s.config: s.ratio for s in v.standings if s.ratio is not None}
-    loose = {c for c, r in to_pick.items() if c != pick and narrows(r, wide, pairs)}
+    loose = {c for c, r in to_pick.items() if c != pick and r.halfwidth > wide}
 
     def races_on(s: Standing) -> bool:
         if s.config in loose:
@@ -198,6 +194,24 @@ def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None,
     if not rest and not loose:
         return []
     return list(dict.fromkeys([v.leader, *([pick] if loose else []), *rest]))
+
+
+def precision_note(trials: list[Trial], pick: TrialConfig, wide: float, pairs: int, legs_run: int) -> str | None:
+    """What a race that stopped before every ratio to the pick was within ``wide`` says: how wide each
+    is, and how many more legs would narrow it (or that more legs are not the cure)."""
+    loose = {c: r for c, r in relative_to(trials, pick).items() if r.halfwidth > wide}
+    if not loose:
+        return None
+    parts = []
+    for c, r in loose.items():
+        more = legs_to(r, wide, pairs)
+        cure = (f"about {more} more leg{'s' if more != 1 else ''} would bring it within ±{wide:.0%}" if more is not None
+                else "more legs would barely narrow it: its turns spread too widely")
+        parts.append(f"{c.label()} {r.text()}, ±{r.halfwidth:.0%}: {cure}")
+    most = max((m for r in loose.values() if (m := legs_to(r, wide, pairs)) is not None), default=None)
+    hint = f" (--race-legs {legs_run + most}, or a --budget that allows them)" if most else ""
+    return (f"the race stopped before its ratios to the pick {pick.label()} were within ±{wide:.0%}: "
+            + "; ".join(parts) + hint)
 
 
 def can_race(race_legs: int, confirm: int, ranks: int) -> bool:

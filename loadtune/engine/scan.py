@@ -20,7 +20,7 @@ from loadtune.engine import calibration
 from loadtune.engine import stages as stages_mod
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
-from loadtune.analysis.race import RacePolicy
+from loadtune.analysis.race import RacePolicy, precision_note
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.engine.plan import Plan, prepare, races, resume_from
 from loadtune.engine.race import WARMUP_SHARE, RaceRun, ending_note, race, run_leg
@@ -224,6 +224,9 @@ def race_contenders(run: Run) -> None:
         result.notes.append(f"no race: its first leg would exceed the {opts.budget:g} s budget; the pick comes from "
                             "the screening's trials, each timed alone")
     note = ending_note(how, race_verdict(result.trials, opts.noise_floor), opts.race_legs)
+    if pick() is not None and any(t.raced for t in result.trials):
+        note = " ".join(n for n in (note, precision_note(result.trials, pick(), policy.wide, policy.pairs_per_leg,
+                                                               policy.legs_run(result.trials))) if n) or None
     if note and note not in result.notes:
         result.notes.append(note)
 

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from loadtune.engine.scan import ScanObserver
+from loadtune.analysis.comparison import UNDECIDED
+from loadtune.analysis.race import Standing
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.model.config import TrialConfig
 from loadtune.model.against import Against, DuetRound
@@ -168,8 +170,7 @@ class LineProgress:
         v = race_verdict(result.trials, result.settings.options.noise_floor)
         if v is None:
             return
-        parts = [f"{s.config.label()} {s.ratio.value:.2f}× ({s.ratio.low:.2f}–{s.ratio.high:.2f}) {s.status}"
-                 for s in v.standings if s.ratio is not None]
+        parts = [standing_text(s) for s in v.standings if s.ratio is not None]
         self.line(f"race, leg {trials[0].leg if trials else '?'}: leader {v.leader.label()}"
                   + (f"; {'; '.join(parts)}" if parts else ""))
 
@@ -182,6 +183,19 @@ class LineProgress:
 
     def reference_started(self, rounds: int) -> None:
         self.line(f"reference for check: {rounds} paired rounds of the pick and its shaped calibration")
+
+
+LOOSE = 0.5  # an undecided ratio known no better than this (relative half-width) is shown without its interval
+
+
+def standing_text(s: Standing) -> str:
+    """A raced config against the leader, as a progress line shows it: the ratio, its 95% interval and
+    the verdict; an undecided one whose legs still disagree (a t(1) interval such as 0.04–12.18 tells a
+    reader nothing) says so instead of printing the interval."""
+    r = s.ratio
+    if s.status == UNDECIDED and r.halfwidth > LOOSE:
+        return f"{s.config.label()} {r.value:.2f}×, undecided (its legs disagree so far; another leg will tell)"
+    return f"{s.config.label()} {r.text()} {s.status}"
 
 
 class AnswerOnly(ScanObserver):
