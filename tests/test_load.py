@@ -351,3 +351,28 @@ def test_check_names_a_checked_loader_whose_main_process_faults_in_its_batches()
         t.blocks = [replace(b, faulted_bytes=b.batches * 2**20) for b in t.blocks]
     print_check(console, outcome)
     assert "w0 bs64: its main process took 1 MiB of fresh pages from the kernel per batch (100%" in console.export_text()
+
+
+def test_a_busy_machine_is_told_by_what_runs_now_not_by_the_load_average():
+    """The load average still carries a pip install that ended seconds ago: the warning rests on the
+    cores other processes keep busy as the scan starts, and names them."""
+    from dataclasses import replace
+
+    from loadtune.engine.plan import busy_notes
+    info = machine_info()
+    assert not busy_notes(replace(info, load_average=4.5 * info.logical_cores, outside_cores=0.05, outside_who=[]))
+    busy = busy_notes(replace(info, load_average=0.1, outside_cores=0.9 * info.usable_cores, outside_who=["pip 95%"]))
+    assert busy and "pip 95%" in busy[0] and "load average" not in busy[0]
+    assert busy_notes(replace(info, load_average=4.5 * info.logical_cores, outside_cores=None))  # older files: all there is
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_outside_now_sees_a_process_outside_the_scan_and_names_it():
+    from loadtune.engine.trial.load import outside_now
+    # a spinning process that is not ours: the shell that starts it exits, so init adopts it
+    spin = "import time; end = time.time() + 4\nwhile time.time() < end: pass"
+    subprocess.run(["sh", "-c", f"{sys.executable} -c '{spin}' >/dev/null 2>&1 &"], check=True)
+    time.sleep(0.3)
+    cores, who = outside_now(1.0)
+    assert cores is not None and cores >= 0.5 and any(name.startswith("python") for name in who)

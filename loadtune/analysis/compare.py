@@ -106,7 +106,7 @@ def setting_differences(a: ScanResult, b: ScanResult) -> list[str]:
     out += [f"{k}: {oa[k]} in A, {ob[k]} in B" for k in OPTIONS_THAT_MATTER if oa[k] != ob[k]]
     for side, r in (("A", a), ("B", b)):
         if r.machine.busy:
-            out.append(f"{side} was measured on a busy machine (load average {r.machine.load_average:.1f}): its figures are noisier and lower")
+            out.append(f"{side} was measured on a busy machine ({r.machine.busy_text()}): its figures are noisier and lower")
         if r.state != "complete":
             out.append(f"{side} is a partial scan ({r.state})")
     return out

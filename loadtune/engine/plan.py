@@ -17,6 +17,7 @@ from loadtune.engine import probe as probe_mod
 from loadtune.engine.interactive import check_main_objects
 from loadtune.engine.options import OptionsError, pick_device, resolve_options
 from loadtune.engine.spec import LoadedSpec, SpecRef, check_knobs, from_objects, load_spec
+from loadtune.engine.trial.load import outside_now
 from loadtune.engine.trial.nvml import utilisation_notes
 from loadtune.engine.trial.protocol import RankSetup
 from loadtune.engine.trial.workload import calibrate as calibrate_step
@@ -72,6 +73,7 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     if opts.drop_last and too_big:
         raise OptionsError(f"batch size {too_big[0]} with drop_last: the dataset's {spec.length} samples never fill one batch")
     info = machine_mod.collect()
+    info.outside_cores, info.outside_who = outside_now()
     try:
         distributed.validate(opts.nproc_per_node, opts.nnodes, opts.node_rank, len(info.gpus), opts.device,
                              opts.rdzv_endpoint)
@@ -226,11 +228,12 @@ def rank_notes(ranks: RankSetup | None) -> list[str]:
 
 
 def busy_notes(info: MachineInfo) -> list[str]:
-    """A machine already busy before the scan: its figures will be noisier and lower."""
+    """A machine already busy as the scan starts (measured: ``trial.load.outside_now``): its figures
+    will be noisier and lower."""
     if not info.busy:
         return []
-    return [f"the machine was busy before the scan (load average {info.load_average:.1f} on {info.logical_cores} "
-            "cores): other work competes with the trials, so figures are noisier and lower; re-run on a quiet machine"]
+    return [f"the machine was busy as the scan started ({info.busy_text()}): other work competes with the trials, "
+            "so figures are noisier and lower; re-run on a quiet machine"]
 
 
 def check_picklable(spec: LoadedSpec) -> None:

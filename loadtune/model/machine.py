@@ -34,7 +34,11 @@ class MachineInfo:
     start_method: str
     gpus: list[GPUInfo] = field(default_factory=list)
     torch_threads: int = 0  # intra-op threads of a process (workers use 1): num_workers=0 gets these
-    load_average: float | None = None  # 1-minute load when the scan started: a busy machine is a noisy one
+    load_average: float | None = None  # 1-minute load when the scan started (recorded; it lags: see ``busy``)
+    # cores that processes outside the scan kept busy over a short window as it started, measured (None:
+    # not measured: older files, other platforms), and the busiest of them ("pip 95%")
+    outside_cores: float | None = None
+    outside_who: list[str] = field(default_factory=list)
 
     @property
     def has_accelerator(self) -> bool:
@@ -42,9 +46,20 @@ class MachineInfo:
 
     @property
     def busy(self) -> bool:
-        """Other work already kept half the machine busy before the scan. The load average counts the
-        whole machine (a container sees its host's), so it is compared with all logical cores."""
+        """Other work kept half the usable cores busy as the scan started, as measured. The load
+        average is read only where nothing was measured (older files): it still carries work that
+        ended a minute ago (a ``pip install`` just finished), and counts the whole machine (a container
+        sees its host's), so it is compared with all logical cores."""
+        if self.outside_cores is not None:
+            return self.outside_cores > 0.5 * self.usable_cores
         return self.load_average is not None and self.load_average > 0.5 * self.logical_cores
+
+    def busy_text(self) -> str:
+        """What made the machine busy, in words."""
+        if self.outside_cores is None:
+            return f"load average {self.load_average:.1f} on {self.logical_cores} cores"
+        who = f": {', '.join(self.outside_who)}" if self.outside_who else ""
+        return f"other processes kept {self.outside_cores:.1f} of its {self.usable_cores} usable cores busy{who}"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -29,6 +29,8 @@ from loadtune.engine.trial.cpu import process_cpu_s
 from loadtune.model.results import LoadReading
 
 PROC_STAT = Path("/proc/stat")
+OUTSIDE_WINDOW_S = 0.5  # how long ``outside_now`` watches: long next to a tick, short next to a scan
+NAMED = 3  # the busiest outside processes it names
 
 
 def tick_s() -> float:
@@ -258,3 +260,32 @@ class LoadMeter:
             kernel_s=sum(max(0.0, s - first.kernel.get(pid, 0.0)) for pid, s in threads.items()),
             quota_busy_s=max(0.0, quota - first.quota_s) if quota is not None and first.quota_s is not None else None,
         )
+
+
+def outside_now(window_s: float = OUTSIDE_WINDOW_S) -> tuple[float | None, list[str]]:
+    """Cores that processes outside this one kept busy over ``window_s`` (the trials' own reading,
+    ``LoadMeter``, over a short wait), and the busiest of them by name and share of a core ("pip 95%"):
+    what is running now, where the load average still carries what ended a minute ago. (None, []) where
+    the CPUs cannot be read (not Linux)."""
+    before = process_cpu()
+    meter = LoadMeter()
+    meter.start()
+    time.sleep(window_s)
+    reading = meter.stop()
+    if reading is None:
+        return None, []
+    after = process_cpu()
+    used = sorted(((after[pid][1] - cpu, name) for pid, (name, cpu) in before.items()
+                   if pid in after and pid != os.getpid()), reverse=True)
+    who = [f"{name} {share / reading.window_s:.0%}" for share, name in used[:NAMED] if share / reading.window_s >= 0.1]
+    return round(reading.outside_cores, 2), who
+
+
+def process_cpu() -> dict[int, tuple[str, float]]:
+    """Every process's name and CPU seconds so far (those it may not read or that end meanwhile left out)."""
+    out = {}
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        times = p.info.get("cpu_times")
+        if times is not None:
+            out[p.pid] = (p.info.get("name") or str(p.pid), times.user + times.system)
+    return out
