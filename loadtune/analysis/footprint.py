@@ -14,7 +14,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
+from loadtune.model.config import DEFAULT_PREFETCH, HEAP_TRIM, TrialConfig, heap_for
 from loadtune.model.results import ConfigResult, MemoryUsage, ScanResult, Trial
 
 MiB = 2**20
@@ -159,7 +159,7 @@ def fresh_pages(configs: list[ConfigResult]) -> str | None:
         return None
     share, worst = hits[0]
     nbytes = worst.batch.nbytes
-    threshold = 1 << (2 * nbytes - 1).bit_length()  # a power of two, at least twice the batch
+    threshold = heap_for(nbytes)
     others = f" (also {', '.join(c.config.label() for _, c in hits[1:])})" if len(hits) > 1 else ""
     return (
         f"{worst.config.label()}{others}: its main process took {size_text(share * nbytes)} of fresh pages from the "
@@ -167,7 +167,7 @@ def fresh_pages(configs: list[ConfigResult]) -> str | None:
         "and faulted it in anew for the next batch (glibc maps an allocation over 32 MiB afresh every time, and trims its "
         "heap after smaller ones depending on the process's history), so this config's speed depends on the "
         "allocator's state too, and on what a page fault costs, which on a virtual machine changes with the host. "
-        f"With glibc, MALLOC_MMAP_THRESHOLD_={threshold} MALLOC_TRIM_THRESHOLD_={4 * threshold} in the training "
+        f"With glibc, MALLOC_MMAP_THRESHOLD_={threshold} MALLOC_TRIM_THRESHOLD_={HEAP_TRIM * threshold} in the training "
         "job's environment keep batches in the heap (set both: setting one alone fixes the other at its small "
         "default, and batches come fresh again); or preload jemalloc or tcmalloc"
     )

@@ -276,8 +276,17 @@ def snippet(config: TrialConfig, shuffle: bool, drop_last: bool, has_collate_fn:
     if loader_args:
         lines.append(f"    **loader_kwargs(),  # your {', '.join(loader_args)}")
     lines.append(")")
-    lines += TRANSFER_LINES.get(config.transfer, [])
+    lines = environment_lines(config) + lines + TRANSFER_LINES.get(config.transfer, [])
     return "\n".join(lines)
+
+
+def environment_lines(config: TrialConfig) -> list[str]:
+    """The environment the config needs, as comments above the call: it must be set before the
+    training process starts (``TrialConfig.environment``)."""
+    if not config.environment:
+        return []
+    return ["# in the training job's environment, before Python starts (glibc then keeps each batch in the heap):",
+            "#   export " + " ".join(f"{k}={v}" for k, v in config.environment.items())]
 
 
 def own_loader_snippet(config: TrialConfig, loader: str, name: str, batch_size: bool) -> str:
@@ -293,5 +302,5 @@ def own_loader_snippet(config: TrialConfig, loader: str, name: str, batch_size: 
         lines = [f"train_loader = DataLoader(  # {where}: these arguments set, the others kept", "    ...,"]
     lines += [f"    {key}={value!r}," for key, value in args]
     lines.append(")")
-    lines += TRANSFER_LINES.get(config.transfer, [])
+    lines = environment_lines(config) + lines + TRANSFER_LINES.get(config.transfer, [])
     return "\n".join(lines)

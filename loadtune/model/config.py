@@ -17,6 +17,13 @@ from loadtune.model.known import from_known
 TRANSFERS = ("none", "sync", "non_blocking", "stream")
 DEVICE_TRANSFERS = ("sync", "non_blocking", "stream")  # searched when batches go to a CUDA device
 DEFAULT_PREFETCH = 2  # PyTorch's default prefetch_factor when num_workers > 0
+HEAP_TRIM = 4  # glibc's trim threshold, in mmap thresholds: a few freed batches stay in the heap
+
+
+def heap_for(batch_bytes: int) -> int:
+    """The mmap threshold that keeps batches of ``batch_bytes`` in the heap: a power of two, at least
+    twice the batch (a batch's size varies a little; the samples are allocated beside it)."""
+    return 1 << (2 * max(1, batch_bytes) - 1).bit_length()
 
 
 def transfer_for(pin: bool, accelerator: bool) -> str:
@@ -63,6 +70,9 @@ class TrialConfig:
     transfer: str = "none"
     in_order: bool = True  # False lets batches arrive as workers finish them (torch >= 2.6)
     start_method: str | None = None  # DataLoader's multiprocessing_context; None: the platform's default
+    # glibc's thresholds set so that batches stay in the heap (``environment``): the mmap threshold in
+    # bytes; None: the allocator's defaults. Only without workers, whose main process collates each batch
+    heap: int | None = None
 
     @property
     def key(self) -> str:
@@ -75,12 +85,25 @@ class TrialConfig:
             key += ",io=0"
         if self.start_method:
             key += f",mp={self.start_method}"
+        if self.heap:
+            key += f",heap={self.heap}"
         return key
 
     @property
     def is_pytorch_default(self) -> bool:
-        """PyTorch's defaults apart from batch size: no workers, no pinning, plain transfer."""
-        return self.num_workers == 0 and not self.pin_memory and self.transfer in ("none", "sync")
+        """PyTorch's defaults apart from batch size: no workers, no pinning, plain transfer, the C allocator's
+        own settings."""
+        return self.num_workers == 0 and not self.pin_memory and self.transfer in ("none", "sync") and not self.heap
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """What the training process's environment must hold before it starts, for this config: with
+        ``heap``, glibc's mmap threshold above the batch (so batches come from the heap, not a fresh
+        mapping each) and its trim threshold above that (so freed batches stay in the heap). Both, since
+        setting one alone fixes the other at its small default."""
+        if not self.heap:
+            return {}
+        return {"MALLOC_MMAP_THRESHOLD_": str(self.heap), "MALLOC_TRIM_THRESHOLD_": str(HEAP_TRIM * self.heap)}
 
     def loader_kwargs(self) -> dict:
         """The DataLoader arguments this config sets (only valid combinations)."""
@@ -114,6 +137,8 @@ class TrialConfig:
             parts.append("unordered")
         if self.start_method:
             parts.append(self.start_method)
+        if self.heap:
+            parts.append("heap")
         parts.append(f"bs{batch or self.batch_size}")
         return " ".join(parts)
 
@@ -127,8 +152,8 @@ class TrialConfig:
             config = replace(config, transfer="sync")  # from pageable memory the flag does nothing
         if config.num_workers == 0:
             config = replace(config, prefetch_factor=None, persistent_workers=False, in_order=True, start_method=None)
-        elif config.prefetch_factor is None:
-            config = replace(config, prefetch_factor=DEFAULT_PREFETCH)
+        else:
+            config = replace(config, heap=None, prefetch_factor=config.prefetch_factor or DEFAULT_PREFETCH)
         return config
 
     def to_dict(self) -> dict:

@@ -13,6 +13,7 @@ from loadtune.analysis.recommend import contenders
 from loadtune.model.results import ConfigResult, ScanResult
 from loadtune.analysis.stats import indistinguishable
 from loadtune.search.strategy import Proposal, measured, skipped_keys
+from loadtune.search.allocator import heap_trials
 from loadtune.search.closing import closing_rounds
 
 PATIENCE = 2  # consecutive worker counts (>= 1) without a gain before the sweep stops
@@ -80,7 +81,7 @@ class AdaptiveSearch:
         if refine:
             random.Random(self.seed).shuffle(refine)
             return [Proposal(c) for c in refine]
-        return closing_rounds(result, self.rounds, self.noise_floor, self.seed)
+        return heap_trials(result) or closing_rounds(result, self.rounds, self.noise_floor, self.seed)
 
     def sweep(self, batch_size: int, done: dict, skipped: set[str]) -> TrialConfig | None:
         """The next worker count to measure at this batch size, or None when the sweep is over."""

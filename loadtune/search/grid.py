@@ -6,6 +6,7 @@ from __future__ import annotations
 from loadtune.model.config import Skip, TrialConfig
 from loadtune.model.results import ScanResult
 from loadtune.search.strategy import Proposal, measured, skipped_keys
+from loadtune.search.allocator import heap_trials
 from loadtune.search.closing import closing_rounds
 
 
@@ -21,7 +22,7 @@ class GridSearch:
     def propose(self, result: ScanResult) -> list[Proposal]:
         done = set(measured(result)) | {c for c in self.configs if c.key in skipped_keys(result)}
         pending = [Proposal(c) for c in self.configs if c not in done]
-        return pending or closing_rounds(result, self.rounds, self.noise_floor, self.seed)
+        return pending or heap_trials(result) or closing_rounds(result, self.rounds, self.noise_floor, self.seed)
 
     def notes(self, result: ScanResult) -> list[Skip]:
         return []  # the grid measures everything it was given

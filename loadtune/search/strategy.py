@@ -25,8 +25,9 @@ class Proposal:
 
 
 def measured(result: ScanResult, round_: int = 0) -> dict[TrialConfig, ConfigResult]:
-    """Configs with a finished trial in this round (failed ones included: they are not retried)."""
-    return {c.config: c for c in by_config([t for t in result.trials if t.round == round_])}
+    """Configs with a finished trial in this round (failed ones included: they are not retried); the
+    race's legs are not the search's."""
+    return {c.config: c for c in by_config([t for t in result.trials if t.round == round_ and not t.raced])}
 
 
 def skipped_keys(result: ScanResult) -> set[str]:

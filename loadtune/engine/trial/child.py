@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from loadtune.engine.trial.allocator import keep_in_heap
 from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
 from loadtune.engine.trial.faults import diagnose
 from loadtune.engine.trial.measure import ConsumerError, TrialFailure, measure
@@ -115,6 +116,9 @@ def _child(source: SpecRef | LoadedSpec | Parcel, request: TrialRequest | None, 
         else:
             forget_inherited_fork_server()
         multiprocessing.set_start_method(request.start_method, force=True)
+        if request.config.heap:  # before the loader allocates: its batches come from the heap
+            env = request.config.environment
+            keep_in_heap(int(env["MALLOC_MMAP_THRESHOLD_"]), int(env["MALLOC_TRIM_THRESHOLD_"]))
         if request.prelude is not None:
             request.prelude()
         loading = time.perf_counter()
