@@ -11,7 +11,7 @@ settings given, then reports:
 - whether the named limiting stage is one the archetype was built to have (and every tied one too),
   and whether the profile sees the dataset itself as built (computing, waiting, or moving bytes): past
   enough workers a waiting dataset's small CPU share can become the cap, as ``storage_latency``'s 4 ms
-  waits do at 64 workers on 2 cores (``cpu_saturation.py``); ``object_store``'s 20 ms waits do not.
+  waits do at 64 workers on 2 cores (``experiments/cpu-saturation/``); ``object_store``'s 20 ms waits do not.
 
     python benchmarks/bound.py --out benchmarks/bound.json
     python benchmarks/bound.py --archetypes cpu_bound,storage_latency --warmup 0.3 --block-time 0.2 --out /tmp/b.json
@@ -45,7 +45,7 @@ SPECS = {"object_store": "storage_latency.py:object_store"}  # an archetype that
 EXPECTED = {
     "cpu_bound": {DATASET_CPU},
     # 4 ms waits: linear in the workers up to 32, but at the 64 workers the search reaches on 2 cores the CPU is
-    # 86% busy and throughput 77% of linear (benchmarks/cpu_saturation.py): the waits and the CPU limit together,
+    # 86% busy and throughput 77% of linear (benchmarks/experiments/cpu-saturation/): the waits and the CPU limit together,
     # and which cap is lower depends on the cores. object_store's 20 ms waits stay the bound on any machine.
     "storage_latency": {IO_WAIT, DATASET_CPU},
     "object_store": {IO_WAIT},
