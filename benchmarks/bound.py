@@ -33,10 +33,11 @@ from pathlib import Path
 
 import loadtune
 from loadtune.analysis.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, pick_fraction, pick_rate
-from loadtune.model.results import ScanResult, check_writable, write_atomic
+from loadtune.model.results import ScanResult, check_writable
 from loadtune.analysis.bound import scan_bound
 
 from meta import run_meta
+from saved import read_json, stem, write_json
 
 HERE = Path(__file__).resolve().parent
 ARCHETYPES = ["cpu_bound", "storage_latency", "object_store", "large_tensors", "tiny_dataset", "heavy_tail", "iterable"]
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     check_writable(out)
-    folder = out.parent / (out.stem + "-scans")
+    folder = out.parent / (stem(out) + "-scans")
     folder.mkdir(exist_ok=True)
     print(f"bound benchmark: {', '.join(args.names)}; warmup {args.warmup:g} s, blocks up to {args.blocks} x "
           f"{args.block_time:g} s; load average {load_average()}", flush=True)
@@ -188,14 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     earlier = {}
     if args.rescore and out.exists():
-        previous = json.loads(out.read_text())
+        previous = read_json(out)
         earlier = {r["archetype"]: r for r in previous.get("archetypes", [])}
         document["measured"] = previous.get("meta", {}).get("date", previous.get("created"))  # older files: "created"
     for name in args.names:
         record = run_archetype(name, args, folder, earlier.get(name))
         document["archetypes"].append(record)
         print_row(record)
-        write_atomic(out, json.dumps(document, indent=1, default=str) + "\n")
+        write_json(out, document, default=str)
     judged = [r for r in document["archetypes"] if r["judged"] and r["fraction"] is not None]
     right = [r for r in document["archetypes"] if r["stage_right"]]
     named = [r for r in document["archetypes"] if r["named_right"]]

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from check_alarms import background  # another process's load for the duration of one check
 from meta import run_meta
+from saved import read_json, write_json
 
 HERE = Path(__file__).resolve().parent
 DATASET = HERE / "check_dataset.py"
@@ -160,7 +161,7 @@ def main() -> None:
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # killed: the background load goes too
     if args.show:
-        print_table(summarise(json.loads(Path(args.show).read_text())["runs"]))
+        print_table(summarise(read_json(args.show)["runs"]))
         return
     if not args.out:
         p.error("--out is required to run the checks")
@@ -185,8 +186,7 @@ def run_checks(args: argparse.Namespace, cells: list[tuple[str, float, str]]) ->
                 print(f"run {i + 1}/{args.runs} {condition:<13} {step:+.0%} tol {tolerance}: {run['status']} "
                       f"{run['change'] if run['change'] is None else format(run['change'], '+.1%')} "
                       f"({run['rounds']} rounds, {run['wall_s']} s)", flush=True)
-                Path(args.out).write_text(json.dumps({"meta": meta, "config": args.config, "cells": summarise(runs),
-                                                      "runs": runs}, indent=1) + "\n")
+                write_json(args.out, {"meta": meta, "config": args.config, "cells": summarise(runs), "runs": runs})
         print_table(summarise(runs))
     finally:
         shutil.rmtree(folder, ignore_errors=True)

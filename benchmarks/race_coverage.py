@@ -49,11 +49,12 @@ from loadtune.engine.trial.measure import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
-from loadtune.model.results import ScanResult, write_atomic
+from loadtune.model.results import ScanResult
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta import run_meta  # noqa: E402
+from saved import read_json, write_json  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 LEGS = 3  # the race's legs at most (--race-legs 3, the scan's default)
@@ -162,7 +163,7 @@ def absolute_scores(scans: list[dict], rounds: list[dict], configs: dict[str, Tr
 
 def rescore(path: Path) -> None:
     """The absolute intervals of a saved run's scans, scored again by today's estimator."""
-    out = json.loads(path.read_text())
+    out = read_json(path)
     held = pairs = 0
     halves = []
     for name, got in out["archetypes"].items():
@@ -217,7 +218,7 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
                                    "long_rounds": rounds, **scored(races, truth), "scans": scans, "absolute": absolute}
         held = out["archetypes"][name]["held"]
         out["summary"] = summary(out["archetypes"])
-        write_atomic(Path(args.out), json.dumps(out, indent=1) + "\n")
+        write_json(args.out, out)
         print(f"{name}: long-run ratio {truth:.3f} ({truth * math.exp(-half):.3f}–{truth * math.exp(half):.3f}); "
               f"race intervals holding it: {held}/{len(races)}; long runs inside the scans' intervals: "
               f"{absolute['held']}/{absolute['pairs']}", flush=True)

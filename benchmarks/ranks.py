@@ -21,7 +21,6 @@ at the start and the end is recorded so that a noisy run can be recognised.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -38,6 +37,7 @@ from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.spec import SpecRef
 
 from meta import run_meta
+from saved import write_json
 
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "archetypes" / "cpu_bound.py"
@@ -138,7 +138,7 @@ def main() -> None:
         "wall_s": time.monotonic() - started,
     }
     if args.out:
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        write_json(args.out, out)
         print(f"written to {args.out}")
 
 
