@@ -10,9 +10,9 @@ the long run's, and the long run inside the 95% interval the table prints for th
 run-to-run noise learned from the archetype's other trials, as a scan learns it from its repeats)
 in at least 90% of pairs.
 
-    python benchmarks/accuracy.py --out benchmarks/accuracy.json
+    python benchmarks/accuracy.py --out benchmarks/results/accuracy.json.gz
     python benchmarks/accuracy.py --archetypes cpu_bound --rounds 1 --out /tmp/acc.json   # a smoke run
-    python benchmarks/accuracy.py --rescore benchmarks/accuracy.json --out benchmarks/accuracy.json  # estimator changed
+    python benchmarks/accuracy.py --rescore benchmarks/results/accuracy.json.gz --out benchmarks/results/accuracy.json.gz  # estimator changed
 
 The figures are throughputs on this machine: run it on an otherwise idle machine.
 """

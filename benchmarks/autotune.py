@@ -14,7 +14,7 @@ b. ``--repeats`` times: a fresh ``loadtune.autotune`` in the same training loop,
    config side by side, ``--check-rounds`` interleaved rounds of ``--long-s`` each: the ratio
    settled / best, the median of the rounds' ratios. Target: >= 0.95 in at least 4 of 5 repeats.
 
-    python benchmarks/autotune.py --out benchmarks/autotune.json
+    python benchmarks/autotune.py --out benchmarks/results/autotune.json.gz
     python benchmarks/autotune.py --quick --out /tmp/autotune.json   # a smoke run, a few minutes
 
 Run alone on the machine: only ratios measured side by side mean much on a shared machine.

@@ -13,9 +13,9 @@ settings given, then reports:
   enough workers a waiting dataset's small CPU share can become the cap, as ``storage_latency``'s 4 ms
   waits do at 64 workers on 2 cores (``experiments/cpu-saturation/``); ``object_store``'s 20 ms waits do not.
 
-    python benchmarks/bound.py --out benchmarks/bound.json
+    python benchmarks/bound.py --out benchmarks/results/bound.json.gz   # the scans: benchmarks/results/bound-scans/
     python benchmarks/bound.py --archetypes cpu_bound,storage_latency --warmup 0.3 --block-time 0.2 --out /tmp/b.json
-    python benchmarks/bound.py --rescore --out benchmarks/bound.json   # the saved scans, judged by this checkout
+    python benchmarks/bound.py --rescore --out benchmarks/results/bound.json.gz   # the saved scans, judged by this checkout
 
 Every figure, and each scan's full result (stages included), goes to the JSON file given by ``--out``,
 rewritten after each archetype. Run it on an otherwise idle machine: the trials' throughput competes

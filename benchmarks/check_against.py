@@ -15,7 +15,7 @@ caught at least 18 of 20; the median and longest time per check. The steps are w
 slowdowns: on this dataset +10% work reads about 6.5% fewer samples/s, +16% about 10.5%, +20% about 13%
 (the rest of a sample's time is not dialled), so the 5% target is the +16% step.
 
-    python benchmarks/check_against.py --runs 20 --out benchmarks/check_against.json
+    python benchmarks/check_against.py --runs 20 --out benchmarks/results/check_against.json.gz
 
 ``--cells`` picks the step:tolerance pairs (default: every step at 10%, and +0%, +10% and +16% at 5%);
 ``--show JSON`` prints the table of a saved run. The checked loader is ``--config`` (default two

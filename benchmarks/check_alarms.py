@@ -12,7 +12,7 @@ verdict in 20 on the unchanged dataset in every condition; at least 19 in 20 cau
 The detection rate at each step, the change the checks measured and the time each check takes are
 reported.
 
-    python benchmarks/check_alarms.py --runs 20 --out benchmarks/check_alarms.json
+    python benchmarks/check_alarms.py --runs 20 --out benchmarks/results/check_alarms.json.gz
 
 A round holds PyTorch's defaults beside the config unless the config is them. ``--check-workers N``
 records and checks the pick with N workers, so that they are in the rounds whatever the scan picked;

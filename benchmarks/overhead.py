@@ -23,7 +23,7 @@ loop by a few percent and flatter loadtune (``--bare-count len`` shows it).
 ``--diagnose`` adds a third arm, loadtune with its parent-side memory sampler switched off
 (monkeypatched in this process only), to separate the sampler's cost from the timing loop's.
 
-    python benchmarks/overhead.py --out benchmarks/overhead.json
+    python benchmarks/overhead.py --out benchmarks/results/overhead.json.gz
 """
 
 from __future__ import annotations

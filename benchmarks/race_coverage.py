@@ -21,9 +21,9 @@ later gives. The scans' trials are kept in the output, to score another estimato
 score is given apart for configs whose scan noted fresh pages (their figure rests on the allocator's
 state: benchmarks/RESULTS.md, "Fresh pages").
 
-    python benchmarks/race_coverage.py --races 3 --long-rounds 6 --out benchmarks/race_coverage.json
-    python benchmarks/race_coverage.py --races 0 --scans 3 --long-rounds 4 --out benchmarks/scan_coverage.json
-    python benchmarks/race_coverage.py --rescore benchmarks/scan_coverage.json
+    python benchmarks/race_coverage.py --races 3 --long-rounds 4 --long-s 8 --warm-s 3 --out benchmarks/results/race_coverage_cheapest.json.gz
+    python benchmarks/race_coverage.py --races 3 --scans 3 --long-rounds 6 --long-s 8 --out benchmarks/results/race_coverage_allocator.json.gz
+    python benchmarks/race_coverage.py --rescore benchmarks/results/race_coverage_allocator.json.gz
 
 Run alone on the machine.
 """

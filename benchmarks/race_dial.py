@@ -15,7 +15,7 @@ which pair goes first. Reported: how often the 10% pair was resolved (w11 leader
 often the identical pair was called different (either one slower), the ratios and their intervals,
 legs and seconds per race.
 
-    python benchmarks/race_dial.py --repeats 20 --out benchmarks/race_dial.json
+    python benchmarks/race_dial.py --repeats 20 --out benchmarks/results/race_dial_frozen.json.gz
 
 Run alone on the machine: anything else running competes with the trials for the cores.
 """

@@ -11,7 +11,7 @@ c. side by side, interleaved in a shuffled order over ``--repeats`` rounds, both
    synchronous training) and the aggregate (sum of the ranks' rates over the window). Target: the
    per-rank pick at least matches the naive copy, and beats it where they differ.
 
-    python benchmarks/ranks.py --out benchmarks/ranks.json
+    python benchmarks/ranks.py --out benchmarks/results/ranks.json.gz
     python benchmarks/ranks.py --quick --out /tmp/ranks.json       # a smoke run, about a minute and a half
 
 The figures are throughputs on this machine: run it on an otherwise idle machine. The load average

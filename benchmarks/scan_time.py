@@ -7,7 +7,7 @@ so drift of the machine hits both alike. Reported per archetype: the median wall
 median of the paired ratios after / before; overall, the ratio of the summed medians. Beside the wall
 time, the time to the answer: until the recommendation is printed.
 
-    python benchmarks/scan_time.py --before d57275c --repeats 2 --out benchmarks/scan_time.json
+    python benchmarks/scan_time.py --before dd48840 --after 0cfef0d --repeats 2 --out benchmarks/results/scan_time_cheapest_runnerup.json.gz
 
 Run on an otherwise idle machine: each scan's trials compete with anything else for the cores.
 """

@@ -23,7 +23,7 @@ d. reproducibility: a second adaptive scan with another seed; both picks' long-r
 It prints a table per archetype and an overall one, and writes every figure (and every scan's full
 result, raw blocks included) to the JSON file given by ``--out``, rewritten after each archetype.
 
-    python benchmarks/search_quality.py --out benchmarks/search_quality.json
+    python benchmarks/search_quality.py --out benchmarks/results/search_quality.json.gz
     python benchmarks/search_quality.py --quick --out /tmp/sq.json
     python benchmarks/search_quality.py --archetypes cpu_bound,iterable --out /tmp/sq.json
 
