@@ -10,9 +10,9 @@ the long run's, and the long run inside the 95% interval the table prints for th
 run-to-run noise learned from the archetype's other trials, as a scan learns it from its repeats)
 in at least 90% of pairs.
 
-    python benchmarks/accuracy.py --out benchmarks/accuracy.json
+    python benchmarks/accuracy.py --out benchmarks/results/accuracy.json.gz
     python benchmarks/accuracy.py --archetypes cpu_bound --rounds 1 --out /tmp/acc.json   # a smoke run
-    python benchmarks/accuracy.py --rescore benchmarks/accuracy.json --out benchmarks/accuracy.json  # estimator changed
+    python benchmarks/accuracy.py --rescore benchmarks/results/accuracy.json.gz --out benchmarks/results/accuracy.json.gz  # estimator changed
 
 The figures are throughputs on this machine: run it on an otherwise idle machine.
 """
@@ -20,7 +20,6 @@ The figures are throughputs on this machine: run it on an otherwise idle machine
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 from loadtune.engine.trial.measure import LoaderOptions, scan_timing
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.noise import long_run, run_noise
-from loadtune.model.results import Block, ConfigResult, Trial, by_config, check_writable, write_atomic
+from loadtune.model.results import Block, ConfigResult, Trial, by_config, check_writable
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.plan import prepare
@@ -40,6 +39,7 @@ from loadtune.engine.spec import SpecRef
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta import run_meta
+from saved import read_json, write_json
 from search_quality import ARCHETYPE_DIR, ARCHETYPES, load_average, rel_error, spec_batch_size
 
 TARGET = 0.05
@@ -110,7 +110,7 @@ def long_run_coverage(pairs: list[dict], shorts: list[Trial | None]) -> None:
 def rescore(path: Path) -> dict:
     """The saved pairs scored again with today's long-run interval: the trials' raw block rates are in
     the file, so a change to the estimator needs no new measurement."""
-    document = json.loads(path.read_text())
+    document = read_json(path)
     for record in document["archetypes"]:
         labels: dict[str, TrialConfig] = {}
         shorts = []
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rescore:
         document = rescore(args.rescore)
-        write_atomic(args.out, json.dumps(document, indent=1, default=str) + "\n")
+        write_json(args.out, document, default=str)
         s = document["summary"]
         print(f"inside the long-run interval {s['long_run_inside_long_run_interval']}/{s['long_run_intervals']}; "
               f"the blocks' {s['long_run_inside_trial_interval']}/{s['trials']}; wrote {args.out}")
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         document["archetypes"].append(run_archetype(name, args))
         document["summary"] = summary(document["archetypes"])
         document["wall_s"] = time.monotonic() - started
-        write_atomic(args.out, json.dumps(document, indent=1, default=str) + "\n")
+        write_json(args.out, document, default=str)
     s = document["summary"]
     print(f"\n{s['within_target']}/{s['trials']} trials within ±{TARGET:.0%} of their long run; median |error| "
           f"{s['median_abs_error']:.1%}, worst {s['max_abs_error']:.1%}; the long run's median inside the trial's "

@@ -14,7 +14,7 @@ b. ``--repeats`` times: a fresh ``loadtune.autotune`` in the same training loop,
    config side by side, ``--check-rounds`` interleaved rounds of ``--long-s`` each: the ratio
    settled / best, the median of the rounds' ratios. Target: >= 0.95 in at least 4 of 5 repeats.
 
-    python benchmarks/autotune.py --out benchmarks/autotune.json
+    python benchmarks/autotune.py --out benchmarks/results/autotune.json.gz
     python benchmarks/autotune.py --quick --out /tmp/autotune.json   # a smoke run, a few minutes
 
 Run alone on the machine: only ratios measured side by side mean much on a shared machine.
@@ -23,7 +23,6 @@ Run alone on the machine: only ratios measured side by side mean much on a share
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -41,6 +40,7 @@ from loadtune.live.meter import warmup_batches
 from loadtune.model.config import TrialConfig
 
 from meta import run_meta
+from saved import write_json
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "archetypes"))
@@ -192,9 +192,9 @@ def main(argv: list[str] | None = None) -> None:
     out = {"meta": run_meta(argv), "load_before": os.getloadavg()[0], "archetypes": {}}
     for name in args.archetypes.split(","):
         out["archetypes"][name] = run_archetype(name, ARCHETYPES[name], args)
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        write_json(args.out, out)
     out["load_after"] = os.getloadavg()[0]
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    write_json(args.out, out)
     for name, got in out["archetypes"].items():
         s = got["summary"]
         print(f"{name}: best fixed {s['best']}; settled {s['settled']}; settled/best {[round(x, 3) for x in s['ratios']]}: "

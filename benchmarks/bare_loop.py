@@ -83,7 +83,7 @@ def bare_child(loader_kwargs: dict, shuffle: bool, drop_last: bool, seed: int, s
 def windowed_child(loader_kwargs: dict, shuffle: bool, drop_last: bool, seed: int, start_method: str,
                    t0: float, windows: int, window_s: float, conn) -> None:
     """A bare loop that runs from before ``t0`` (monotonic clock) for ``windows`` windows of
-    ``window_s`` and sends the samples delivered in each window (for benchmarks/overhead_parts.py)."""
+    ``window_s`` and sends the samples delivered in each window (for benchmarks/experiments/overhead-parts/)."""
     os.setsid()
     try:
         loader = noop_loader(loader_kwargs, shuffle, drop_last, seed, start_method)

@@ -11,11 +11,11 @@ settings given, then reports:
 - whether the named limiting stage is one the archetype was built to have (and every tied one too),
   and whether the profile sees the dataset itself as built (computing, waiting, or moving bytes): past
   enough workers a waiting dataset's small CPU share can become the cap, as ``storage_latency``'s 4 ms
-  waits do at 64 workers on 2 cores (``cpu_saturation.py``); ``object_store``'s 20 ms waits do not.
+  waits do at 64 workers on 2 cores (``experiments/cpu-saturation/``); ``object_store``'s 20 ms waits do not.
 
-    python benchmarks/bound.py --out benchmarks/bound.json
+    python benchmarks/bound.py --out benchmarks/results/bound.json.gz   # the scans: benchmarks/results/bound-scans/
     python benchmarks/bound.py --archetypes cpu_bound,storage_latency --warmup 0.3 --block-time 0.2 --out /tmp/b.json
-    python benchmarks/bound.py --rescore --out benchmarks/bound.json   # the saved scans, judged by this checkout
+    python benchmarks/bound.py --rescore --out benchmarks/results/bound.json.gz   # the saved scans, judged by this checkout
 
 Every figure, and each scan's full result (stages included), goes to the JSON file given by ``--out``,
 rewritten after each archetype. Run it on an otherwise idle machine: the trials' throughput competes
@@ -33,10 +33,11 @@ from pathlib import Path
 
 import loadtune
 from loadtune.analysis.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, pick_fraction, pick_rate
-from loadtune.model.results import ScanResult, check_writable, write_atomic
+from loadtune.model.results import ScanResult, check_writable
 from loadtune.analysis.bound import scan_bound
 
 from meta import run_meta
+from saved import read_json, stem, write_json
 
 HERE = Path(__file__).resolve().parent
 ARCHETYPES = ["cpu_bound", "storage_latency", "object_store", "large_tensors", "tiny_dataset", "heavy_tail", "iterable"]
@@ -45,7 +46,7 @@ SPECS = {"object_store": "storage_latency.py:object_store"}  # an archetype that
 EXPECTED = {
     "cpu_bound": {DATASET_CPU},
     # 4 ms waits: linear in the workers up to 32, but at the 64 workers the search reaches on 2 cores the CPU is
-    # 86% busy and throughput 77% of linear (benchmarks/cpu_saturation.py): the waits and the CPU limit together,
+    # 86% busy and throughput 77% of linear (benchmarks/experiments/cpu-saturation/): the waits and the CPU limit together,
     # and which cap is lower depends on the cores. object_store's 20 ms waits stay the bound on any machine.
     "storage_latency": {IO_WAIT, DATASET_CPU},
     "object_store": {IO_WAIT},
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     check_writable(out)
-    folder = out.parent / (out.stem + "-scans")
+    folder = out.parent / (stem(out) + "-scans")
     folder.mkdir(exist_ok=True)
     print(f"bound benchmark: {', '.join(args.names)}; warmup {args.warmup:g} s, blocks up to {args.blocks} x "
           f"{args.block_time:g} s; load average {load_average()}", flush=True)
@@ -188,14 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     earlier = {}
     if args.rescore and out.exists():
-        previous = json.loads(out.read_text())
+        previous = read_json(out)
         earlier = {r["archetype"]: r for r in previous.get("archetypes", [])}
         document["measured"] = previous.get("meta", {}).get("date", previous.get("created"))  # older files: "created"
     for name in args.names:
         record = run_archetype(name, args, folder, earlier.get(name))
         document["archetypes"].append(record)
         print_row(record)
-        write_atomic(out, json.dumps(document, indent=1, default=str) + "\n")
+        write_json(out, document, default=str)
     judged = [r for r in document["archetypes"] if r["judged"] and r["fraction"] is not None]
     right = [r for r in document["archetypes"] if r["stage_right"]]
     named = [r for r in document["archetypes"] if r["named_right"]]

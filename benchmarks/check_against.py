@@ -15,7 +15,7 @@ caught at least 18 of 20; the median and longest time per check. The steps are w
 slowdowns: on this dataset +10% work reads about 6.5% fewer samples/s, +16% about 10.5%, +20% about 13%
 (the rest of a sample's time is not dialled), so the 5% target is the +16% step.
 
-    python benchmarks/check_against.py --runs 20 --out benchmarks/check_against.json
+    python benchmarks/check_against.py --runs 20 --out benchmarks/results/check_against.json.gz
 
 ``--cells`` picks the step:tolerance pairs (default: every step at 10%, and +0%, +10% and +16% at 5%);
 ``--show JSON`` prints the table of a saved run. The checked loader is ``--config`` (default two
@@ -37,6 +37,7 @@ from pathlib import Path
 
 from check_alarms import background  # another process's load for the duration of one check
 from meta import run_meta
+from saved import read_json, write_json
 
 HERE = Path(__file__).resolve().parent
 DATASET = HERE / "check_dataset.py"
@@ -160,7 +161,7 @@ def main() -> None:
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # killed: the background load goes too
     if args.show:
-        print_table(summarise(json.loads(Path(args.show).read_text())["runs"]))
+        print_table(summarise(read_json(args.show)["runs"]))
         return
     if not args.out:
         p.error("--out is required to run the checks")
@@ -185,8 +186,7 @@ def run_checks(args: argparse.Namespace, cells: list[tuple[str, float, str]]) ->
                 print(f"run {i + 1}/{args.runs} {condition:<13} {step:+.0%} tol {tolerance}: {run['status']} "
                       f"{run['change'] if run['change'] is None else format(run['change'], '+.1%')} "
                       f"({run['rounds']} rounds, {run['wall_s']} s)", flush=True)
-                Path(args.out).write_text(json.dumps({"meta": meta, "config": args.config, "cells": summarise(runs),
-                                                      "runs": runs}, indent=1) + "\n")
+                write_json(args.out, {"meta": meta, "config": args.config, "cells": summarise(runs), "runs": runs})
         print_table(summarise(runs))
     finally:
         shutil.rmtree(folder, ignore_errors=True)

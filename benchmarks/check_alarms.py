@@ -12,7 +12,7 @@ verdict in 20 on the unchanged dataset in every condition; at least 19 in 20 cau
 The detection rate at each step, the change the checks measured and the time each check takes are
 reported.
 
-    python benchmarks/check_alarms.py --runs 20 --out benchmarks/check_alarms.json
+    python benchmarks/check_alarms.py --runs 20 --out benchmarks/results/check_alarms.json.gz
 
 A round holds PyTorch's defaults beside the config unless the config is them. ``--check-workers N``
 records and checks the pick with N workers, so that they are in the rounds whatever the scan picked;
@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 from meta import run_meta
+from saved import read_json, write_json
 
 from loadtune.analysis.verdict import judge, next_step
 from loadtune.engine.check import DEFAULT_BUDGET_S, MAX_ROUNDS
@@ -156,13 +157,13 @@ def main() -> None:
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # killed: the background load goes too
     if args.show:
-        print_table(summarise(json.loads(Path(args.show).read_text())["runs"]))
+        print_table(summarise(read_json(args.show)["runs"]))
         return
     if args.replay and args.baseline_rounds:
-        replay_shorter_baselines(json.loads(Path(args.replay).read_text()), args.baseline_rounds)
+        replay_shorter_baselines(read_json(args.replay), args.baseline_rounds)
         return
     if args.replay:
-        saved = json.loads(Path(args.replay).read_text())
+        saved = read_json(args.replay)
         replayed = [replay(r, saved["baseline_reference"]["rounds"]) for r in saved["runs"]]
         changed = sum(a["status"] != b["status"] for a, b in zip(saved["runs"], replayed))
         print_table(summarise(replayed))
@@ -215,7 +216,7 @@ def run_checks(args: argparse.Namespace) -> None:
             summary = {"meta": meta, "runs_per_cell": args.runs, "baseline_scan_s": scan_s, "baseline_pick": pick,
                        "baseline_reference": reference,
                        "cells": summarise(runs), "wall_s": round(time.monotonic() - started, 1), "runs": runs}
-            Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")  # a cut-off run keeps what it has
+            write_json(args.out, summary)  # a cut-off run keeps what it has
     print_table(summarise(runs))
 
 

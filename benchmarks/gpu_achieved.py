@@ -8,7 +8,7 @@ median over blocks; the peak is the scan's own measurement before the trials
 ``--samples`` scans the realistic case too (float32 images collated and pinned by the loader),
 reported without a target: there the host-side copies can be the bound, which the report says.
 
-    PYTHONPATH=. python3 benchmarks/gpu_achieved.py --out benchmarks/gpu_achieved.json
+    PYTHONPATH=. python3 benchmarks/gpu_achieved.py --out /tmp/gpu_achieved.json   # kept as benchmarks/results/gpu_achieved.json.gz (gzip -9n)
 """
 
 from __future__ import annotations

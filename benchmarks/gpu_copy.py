@@ -6,7 +6,7 @@ repeats (about 1 GiB moved per figure, 5 to 50 copies) with its 95% interval. Pi
 issued ``non_blocking``; pageable ones are staged by the driver. The PCIe link's theoretical rate
 (NVML generation x width) is printed beside them.
 
-    PYTHONPATH=. python3 benchmarks/gpu_copy.py --out benchmarks/gpu_copy.json
+    PYTHONPATH=. python3 benchmarks/gpu_copy.py --out /tmp/gpu_copy.json   # kept as benchmarks/results/gpu_copy.json.gz (gzip -9n)
 """
 
 from __future__ import annotations

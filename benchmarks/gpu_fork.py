@@ -18,7 +18,7 @@ reason there):
   start        the same garbage, each epoch's workers started by ``loadtune.engine.loaders.start``
                (expected to survive: its workers freeze what they inherit).
 
-    PYTHONPATH=. python3 benchmarks/gpu_fork.py --out benchmarks/gpu_fork.json
+    PYTHONPATH=. python3 benchmarks/gpu_fork.py --out /tmp/gpu_fork.json   # kept as benchmarks/results/gpu_fork.json.gz (gzip -9n)
 """
 
 import argparse

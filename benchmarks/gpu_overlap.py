@@ -12,7 +12,7 @@ hidden = (copy + step - both) / copy: 1.0 when the copy is wholly overlapped, 0 
 The first batch's copy cannot be hidden (nothing runs before it), so the ceiling is (n - 1) / n.
 Repeats are interleaved (copy, step, both, copy, ...) and each figure is the median. Target: >= 90%.
 
-    PYTHONPATH=. python3 benchmarks/gpu_overlap.py --out benchmarks/gpu_overlap.json
+    PYTHONPATH=. python3 benchmarks/gpu_overlap.py --out /tmp/gpu_overlap.json   # kept as benchmarks/results/gpu_overlap.json.gz (gzip -9n)
 """
 
 from __future__ import annotations

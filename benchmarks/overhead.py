@@ -23,14 +23,13 @@ loop by a few percent and flatter loadtune (``--bare-count len`` shows it).
 ``--diagnose`` adds a third arm, loadtune with its parent-side memory sampler switched off
 (monkeypatched in this process only), to separate the sampler's cost from the timing loop's.
 
-    python benchmarks/overhead.py --out benchmarks/overhead.json
+    python benchmarks/overhead.py --out benchmarks/results/overhead.json.gz
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
 import statistics
@@ -41,6 +40,7 @@ from pathlib import Path
 from unittest import mock
 
 from meta import run_meta
+from saved import write_json
 
 HERE = Path(__file__).resolve().parent
 SPEC_PATH = HERE / "noop_dataset.py"
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_average_after": load_after,
             "results": summaries,
         }
-        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        write_json(args.out, doc, indent=2)
         print(f"figures written to {args.out}")
     return 0 if holds else 1
 

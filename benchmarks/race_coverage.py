@@ -21,9 +21,9 @@ later gives. The scans' trials are kept in the output, to score another estimato
 score is given apart for configs whose scan noted fresh pages (their figure rests on the allocator's
 state: benchmarks/RESULTS.md, "Fresh pages").
 
-    python benchmarks/race_coverage.py --races 3 --long-rounds 6 --out benchmarks/race_coverage.json
-    python benchmarks/race_coverage.py --races 0 --scans 3 --long-rounds 4 --out benchmarks/scan_coverage.json
-    python benchmarks/race_coverage.py --rescore benchmarks/scan_coverage.json
+    python benchmarks/race_coverage.py --races 3 --long-rounds 4 --long-s 8 --warm-s 3 --out benchmarks/results/race_coverage_cheapest.json.gz
+    python benchmarks/race_coverage.py --races 3 --scans 3 --long-rounds 6 --long-s 8 --out benchmarks/results/race_coverage_allocator.json.gz
+    python benchmarks/race_coverage.py --rescore benchmarks/results/race_coverage_allocator.json.gz
 
 Run alone on the machine.
 """
@@ -42,18 +42,19 @@ from pathlib import Path
 from loadtune.analysis.footprint import fresh_page_takers
 from loadtune.analysis.noise import long_run, run_noise
 from loadtune.analysis.race import legs, pair_logs, race_ratio, verdict
-from loadtune.engine.race import TURN_SHARE, RaceRun, race, run_leg
+from loadtune.engine.race import RaceRun, race, run_leg
 from loadtune.engine.scan import scan
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.measure import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
-from loadtune.model.results import ScanResult, write_atomic
+from loadtune.model.results import ScanResult
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta import run_meta  # noqa: E402
+from saved import read_json, write_json  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 LEGS = 3  # the race's legs at most (--race-legs 3, the scan's default)
@@ -112,15 +113,14 @@ def plain_rate(spec: str, batch: int, workers: int, warm_s: float, timed_s: floa
     return float(rate), float(faults)
 
 
-def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int, turn_share: float = TURN_SHARE) -> dict:
+def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int) -> dict:
     opts = ScanOptions()
     timing = Timing(warmup_s=opts.warmup, block_s=opts.block_time, blocks=opts.blocks, max_s=opts.timeout * 0.8,
                     min_blocks=opts.min_blocks)
     request = TrialRequest(a, "cpu", timing, LoaderOptions(shuffle=True, seed=seed), opts.timeout, "fork")
     trials: list = []
     started = time.monotonic()
-    run = RaceRun(lambda cs, n: run_leg(SpecRef(spec), request, cs, n, seed * 100 + n, turn_share=turn_share),
-                  lambda s: True, trials.extend)
+    run = RaceRun(lambda cs, n: run_leg(SpecRef(spec), request, cs, n, seed * 100 + n), lambda s: True, trials.extend)
     how = race(trials, [a, b], NOISE_FLOOR, run, LEGS)
     r = race_ratio(trials, a, b)
     v = verdict(trials, NOISE_FLOOR)
@@ -163,7 +163,7 @@ def absolute_scores(scans: list[dict], rounds: list[dict], configs: dict[str, Tr
 
 def rescore(path: Path) -> None:
     """The absolute intervals of a saved run's scans, scored again by today's estimator."""
-    out = json.loads(path.read_text())
+    out = read_json(path)
     held = pairs = 0
     halves = []
     for name, got in out["archetypes"].items():
@@ -185,9 +185,6 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
     p.add_argument("--scans", type=int, default=0, help="scans of each pair, for the absolute intervals")
     p.add_argument("--out")
     p.add_argument("--rescore", type=Path, help="score a saved run's scans again, measure nothing")
-    p.add_argument("--other-turn-share", type=float, help="also race each pair with turns of this share of the "
-                   "block (the engine's is %s), alternating with the default races: each set scored against the same "
-                   "long runs" % TURN_SHARE)
     args = p.parse_args()
     if args.rescore:
         return rescore(args.rescore)
@@ -198,7 +195,7 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
         path, batch, wa, wb, persistent = PAIRS[name]
         spec = str((HERE / path).resolve())
         a, b = worker_config(batch, wa, persistent), worker_config(batch, wb, persistent)
-        races, rounds, scans, other = [], [], [], []
+        races, rounds, scans = [], [], []
         for i in range(max(args.races, args.long_rounds, args.scans)):
             if i < args.long_rounds:
                 order = [(wa, "a"), (wb, "b")] if i % 2 == 0 else [(wb, "b"), (wa, "a")]
@@ -208,8 +205,6 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
                 rounds.append(got)
             if i < args.races:
                 races.append(one_race(spec, a, b, i))
-                if args.other_turn_share:
-                    other.append(one_race(spec, a, b, i, args.other_turn_share))
             if i < args.scans:
                 scans.append(one_scan(spec, batch, wa, wb, persistent, i))
             print(f"{name} {i + 1}: long {rounds[-1] if i < args.long_rounds else '-'} race "
@@ -222,17 +217,15 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
                                    "long_ratio": truth, "long_low": truth * math.exp(-half), "long_high": truth * math.exp(half),
                                    "long_rounds": rounds, **scored(races, truth), "scans": scans, "absolute": absolute}
         held = out["archetypes"][name]["held"]
-        if other:
-            out["archetypes"][name]["other_turn_share"] = {"share": args.other_turn_share, **scored(other, truth)}
         out["summary"] = summary(out["archetypes"])
-        write_atomic(Path(args.out), json.dumps(out, indent=1) + "\n")
+        write_json(args.out, out)
         print(f"{name}: long-run ratio {truth:.3f} ({truth * math.exp(-half):.3f}–{truth * math.exp(half):.3f}); "
               f"race intervals holding it: {held}/{len(races)}; long runs inside the scans' intervals: "
               f"{absolute['held']}/{absolute['pairs']}", flush=True)
         got = out["archetypes"][name]
-        for entry in [e for e in [got, got.get("other_turn_share")] if e and e["races"]]:
-            print(f"  turns of {entry.get('share', TURN_SHARE)} of a block: held {entry['held']}/{len(entry['races'])}, "
-                  f"lean {entry['lean']:+.1%}, race {statistics.median(r['seconds'] for r in entry['races']):.1f} s", flush=True)
+        if races:
+            print(f"  held {got['held']}/{len(races)}, lean {got['lean']:+.1%}, "
+                  f"race {statistics.median(r['seconds'] for r in races):.1f} s", flush=True)
     print(json.dumps(out["summary"], indent=1))
 
 
@@ -260,7 +253,6 @@ def races_summary(sets: list[dict]) -> dict:
 def summary(archetypes: dict) -> dict:
     """The races' coverage and half-widths, the reference's, and the scans' absolute intervals'."""
     got = list(archetypes.values())
-    others = [v["other_turn_share"] for v in got if "other_turn_share" in v]
     return {**races_summary(got),
             "median_reference_halfwidth": median([v["long_high"] / v["long_ratio"] - 1 for v in got]),
             "absolute_held": sum(v["absolute"]["held"] for v in got),
@@ -268,9 +260,7 @@ def summary(archetypes: dict) -> dict:
             "absolute_fresh_held": sum(v["absolute"].get("fresh_held", 0) for v in got),
             "absolute_fresh_pairs": sum(v["absolute"].get("fresh_pairs", 0) for v in got),
             "absolute_median_halfwidth": median([h for v in got for h in v["absolute"]["halfwidths"]]),
-            "median_scan_seconds": median([s["seconds"] for v in got for s in v["scans"]]),
-            # the races with turns of another length, over every archetype
-            "other_turn_share": {"share": others[0]["share"], **races_summary(others)} if others else None}
+            "median_scan_seconds": median([s["seconds"] for v in got for s in v["scans"]])}
 
 
 if __name__ == "__main__":

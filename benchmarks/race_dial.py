@@ -15,7 +15,7 @@ which pair goes first. Reported: how often the 10% pair was resolved (w11 leader
 often the identical pair was called different (either one slower), the ratios and their intervals,
 legs and seconds per race.
 
-    python benchmarks/race_dial.py --repeats 20 --out benchmarks/race_dial.json
+    python benchmarks/race_dial.py --repeats 20 --out benchmarks/results/race_dial_frozen.json.gz
 
 Run alone on the machine: anything else running competes with the trials for the cores.
 """
@@ -35,11 +35,11 @@ from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.measure import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import write_atomic
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta import run_meta  # noqa: E402
+from saved import write_json  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SPEC = str(HERE / "archetypes" / "storage_latency.py")
@@ -94,7 +94,7 @@ def main() -> None:
                   f"{got['ratio'] and round(got['ratio'], 3)} ({got['low'] and round(got['low'], 3)}–"
                   f"{got['high'] and round(got['high'], 3)}) legs {got['legs']} {got['seconds']:.0f}s", flush=True)
         out["summary"] = summary(out["runs"])
-        write_atomic(Path(args.out), json.dumps(out, indent=1) + "\n")
+        write_json(args.out, out)
     print(json.dumps(out["summary"], indent=1))
 
 

@@ -11,7 +11,7 @@ c. side by side, interleaved in a shuffled order over ``--repeats`` rounds, both
    synchronous training) and the aggregate (sum of the ranks' rates over the window). Target: the
    per-rank pick at least matches the naive copy, and beats it where they differ.
 
-    python benchmarks/ranks.py --out benchmarks/ranks.json
+    python benchmarks/ranks.py --out benchmarks/results/ranks.json.gz
     python benchmarks/ranks.py --quick --out /tmp/ranks.json       # a smoke run, about a minute and a half
 
 The figures are throughputs on this machine: run it on an otherwise idle machine. The load average
@@ -21,7 +21,6 @@ at the start and the end is recorded so that a noisy run can be recognised.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -38,6 +37,7 @@ from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.spec import SpecRef
 
 from meta import run_meta
+from saved import write_json
 
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "archetypes" / "cpu_bound.py"
@@ -138,7 +138,7 @@ def main() -> None:
         "wall_s": time.monotonic() - started,
     }
     if args.out:
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        write_json(args.out, out)
         print(f"written to {args.out}")
 
 

@@ -7,7 +7,7 @@ so drift of the machine hits both alike. Reported per archetype: the median wall
 median of the paired ratios after / before; overall, the ratio of the summed medians. Beside the wall
 time, the time to the answer: until the recommendation is printed.
 
-    python benchmarks/scan_time.py --before d57275c --repeats 2 --out benchmarks/scan_time.json
+    python benchmarks/scan_time.py --before dd48840 --after 0cfef0d --repeats 2 --out benchmarks/results/scan_time_cheapest_runnerup.json.gz
 
 Run on an otherwise idle machine: each scan's trials compete with anything else for the cores.
 """
@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from meta import run_meta
+from saved import write_json
 
 from loadtune.analysis.race import RaceRatio, mean_error, race_ratio, raced_configs
 from loadtune.engine.race import PAIRS_PER_LEG
@@ -177,8 +178,7 @@ def main() -> None:
             print(f"{i + 1} {archetype:16s} " + "  ".join(
                 f"{w} {run[w]['wall_s']:6.1f} s (answer {run[w]['answer_s']:6.1f} s, {run[w]['trials']} trials)"
                 for w in ("before", "after")) + f"  order {'/'.join(order)}", flush=True)
-            Path(args.out).write_text(json.dumps({"meta": meta, "refs": refs, "summary": summarise(runs), "runs": runs},
-                                                 indent=1) + "\n")
+            write_json(args.out, {"meta": meta, "refs": refs, "summary": summarise(runs), "runs": runs})
     s = summarise(runs)
     print("| archetype | before s | after s | after / before (median of pairs) | answer: before s | answer: after s |\n"
           "|---|---|---|---|---|---|")

@@ -23,7 +23,7 @@ d. reproducibility: a second adaptive scan with another seed; both picks' long-r
 It prints a table per archetype and an overall one, and writes every figure (and every scan's full
 result, raw blocks included) to the JSON file given by ``--out``, rewritten after each archetype.
 
-    python benchmarks/search_quality.py --out benchmarks/search_quality.json
+    python benchmarks/search_quality.py --out benchmarks/results/search_quality.json.gz
     python benchmarks/search_quality.py --quick --out /tmp/sq.json
     python benchmarks/search_quality.py --archetypes cpu_bound,iterable --out /tmp/sq.json
 
@@ -35,7 +35,6 @@ archetype is recorded so that a noisy run can be recognised.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
@@ -47,7 +46,7 @@ from pathlib import Path
 import loadtune
 from loadtune.engine.trial.measure import LoaderOptions, Timing
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import ScanResult, Trial, check_writable, write_atomic
+from loadtune.model.results import ScanResult, Trial, check_writable
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.plan import DEFAULT_BATCH_SIZE, prepare
@@ -56,6 +55,7 @@ from loadtune.model.estimate import estimate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta import run_meta
+from saved import write_json
 
 HERE = Path(__file__).resolve().parent
 ARCHETYPE_DIR = HERE / "archetypes"
@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         document["archetypes"] = records
         document["overall"] = overall(records)
         document["wall_s"] = time.monotonic() - started
-        write_atomic(out, json.dumps(document, indent=1, default=str) + "\n")
+        write_json(out, document, default=str)
     print_overall(records, document["overall"], time.monotonic() - started)
     print(f"\nwrote {out}")
     return 0
