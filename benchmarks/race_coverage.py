@@ -41,7 +41,7 @@ from pathlib import Path
 
 from loadtune.analysis.footprint import fresh_page_takers
 from loadtune.analysis.noise import long_run, run_noise
-from loadtune.analysis.race import legs, pair_logs, race_ratio, verdict
+from loadtune.analysis.race import RacePolicy, legs, pair_logs, race_ratio, verdict
 from loadtune.engine.race import RaceRun, race, run_leg
 from loadtune.engine.scan import scan
 from loadtune.engine.spec import SpecRef
@@ -121,11 +121,11 @@ def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int) -> dict:
     trials: list = []
     started = time.monotonic()
     run = RaceRun(lambda cs, n: run_leg(SpecRef(spec), request, cs, n, seed * 100 + n), lambda s: True, trials.extend)
-    how = race(trials, [a, b], NOISE_FLOOR, run, LEGS)
+    how = race(trials, [a, b], RacePolicy(NOISE_FLOOR, LEGS), run)
     r = race_ratio(trials, a, b)
     v = verdict(trials, NOISE_FLOOR)
     by_leg = legs(trials)
-    return {"ratio": r.value, "low": r.low, "high": r.high, "pairs": r.pairs, "legs": r.legs, "ended": how,
+    return {"ratio": r.value, "low": r.low, "high": r.high, "pairs": r.pairs, "legs": r.groups, "ended": how,
             "leader": v.leader.label(), "seconds": time.monotonic() - started,
             # each leg's turn pairs' log(a / b), to score another interval rule on the same races
             "leg_logs": [pair_logs(leg[a], leg[b]) for leg in by_leg.values() if a in leg and b in leg]}

@@ -29,7 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from loadtune.analysis.race import SLOWER, verdict
+from loadtune.analysis.comparison import SLOWER
+from loadtune.analysis.race import RacePolicy, verdict
 from loadtune.engine.race import RaceRun, race, run_leg
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.measure import LoaderOptions, Timing
@@ -57,7 +58,7 @@ def one_race(configs: tuple[TrialConfig, TrialConfig], seed: int, legs: int) -> 
     trials: list = []
     started = time.monotonic()
     run = RaceRun(lambda cs, n: run_leg(SpecRef(SPEC), request, cs, n, seed * 100 + n), lambda s: True, trials.extend)
-    how = race(trials, list(configs), NOISE_FLOOR, run, legs)
+    how = race(trials, list(configs), RacePolicy(NOISE_FLOOR, legs), run)
     v = verdict(trials, NOISE_FLOOR)
     other = next(s for s in v.standings if s.config != v.leader)
     r = other.ratio

@@ -28,8 +28,8 @@ from pathlib import Path
 from meta import run_meta
 from saved import write_json
 
-from loadtune.analysis.race import RaceRatio, mean_error, race_ratio, raced_configs
-from loadtune.engine.race import PAIRS_PER_LEG
+from loadtune.analysis.comparison import Comparison, mean_error
+from loadtune.analysis.race import PAIRS_PER_LEG, race_ratio, raced_configs
 from loadtune.model.estimate import t975
 from loadtune.model.results import ScanResult
 
@@ -97,20 +97,20 @@ def race_widths(data: dict) -> dict:
             "defaults_needs": turns_for(defaults, turn_s) if defaults is not None else None}
 
 
-def turns_for(ratio: RaceRatio, turn_s: float, goal: float = GOAL, most: int = 40) -> dict:
+def turns_for(ratio: Comparison, turn_s: float, goal: float = GOAL, most: int = 40) -> dict:
     """What a ratio's interval of ±``goal`` would take, were its variance parts to stay as measured
-    (``analysis.race.mean_error``: the turn pairs' spread within a leg, and what the legs add): the legs
+    (``analysis.comparison.mean_error``: the turn pairs' spread within a leg, and what the legs add): the legs
     of ``PAIRS_PER_LEG`` turn pairs (None past ``most``), and the timed seconds of its two loaders' turns
     over them alone (two turns per pair and loader, of the turns' mean length measured; no other racer,
     start-up or warm-up: a lower bound on the race). Beside them, the pairs and legs the race ran."""
     need = None
-    for k in range(ratio.legs, most + 1):
+    for k in range(ratio.groups, most + 1):
         se, df = mean_error(ratio.within, ratio.between, max(ratio.pairs, k * PAIRS_PER_LEG), k)
         if math.exp(t975(df) * se) - 1 <= goal:
             need = k
             break
     return {"pair_sd": math.sqrt(ratio.within), "legs_sd": math.sqrt(ratio.between), "pairs_run": ratio.pairs,
-            "legs_run": ratio.legs, "legs_for_goal": need,
+            "legs_run": ratio.groups, "legs_for_goal": need,
             "timed_s_for_goal": round(need * PAIRS_PER_LEG * 2 * 2 * turn_s, 1) if need else None}
 
 
