@@ -89,8 +89,8 @@ def other_cpu(cpu_change: float | None, baseline_readings: int = 2) -> bool:
     """One unit of the calibration's work takes more than ``CPU_TOLERANCE`` longer or less time on this CPU
     than on the baseline's (the fastest of a few thread-time readings, which another process on another
     core barely moves): other hardware, or a host whose cores another tenant shares. The config and its
-    calibration then need not slow alike -- the paired ratio of an unchanged dataset moved 14% between two
-    2-core VMs of one kind (benchmarks/RESULTS.md) -- so neither a pass nor a regression can be read from
+    calibration then need not slow alike -- the paired ratio of an unchanged dataset moved 13-17% between
+    two 2-core VMs of one kind (benchmarks/RESULTS.md, "A baseline from another VM") -- so neither a pass nor a regression can be read from
     it. A baseline of one reading (older files) may have read slow, which makes this CPU look faster: only
     a slower one counts against it."""
     if cpu_change is None:
