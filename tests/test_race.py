@@ -432,3 +432,27 @@ def test_a_progress_line_prints_no_verdict_its_interval_denies():
         if s.status == TIED:
             assert r.low >= 1 - FLOOR
         assert s.status != SLOWER or r.high < 1  # never "slower" beside an interval holding 1.0
+
+
+@pytest.mark.slow
+def test_a_scan_of_large_batches_tries_and_reports_the_heap_setting(tmp_path):
+    """40 MiB batches without workers fault in anew: the scan measures the same loader with glibc's
+    thresholds set, races it, and reports the setting with the config (no timing asserted)."""
+    from loadtune.engine.scan import scan
+    from loadtune.engine.trial.load import PROC_STAT
+    from loadtune.report.scan import recommendation_panel, trial_table
+    from rich.console import Console
+
+    if not PROC_STAT.exists():
+        pytest.skip("page faults are counted on Linux only")
+    result = scan(str(SPECS / "large_batches.py"), json_path=tmp_path / "r.json", workers=[0], race_legs=2, seed=1)
+    heap = [t for t in result.trials if t.config.heap]
+    assert heap and all(t.config.num_workers == 0 and t.config.heap >= 2 * 40 * 2**20 for t in heap)
+    assert any(t.raced for t in heap)  # raced like any other config
+    console = Console(record=True, width=200)
+    console.print(trial_table(result))
+    console.print(recommendation_panel(result))
+    text = console.export_text()
+    assert "w0 heap bs40" in text
+    if result.recommendation.config.heap:
+        assert f"MALLOC_MMAP_THRESHOLD_={result.recommendation.config.heap}" in text and "MALLOC_TRIM_THRESHOLD_" in text
