@@ -9,7 +9,7 @@ Once tuned, the settled config's loader is the DataLoader the loop iterates, dir
 loadtune stays between the loop and its batches but the batch sampler that hands out the shared order.
 
 This module is the face the loop sees: ``autotune()`` and ``AutoLoader``'s iteration. What a batch
-or an epoch does to the tuning is ``phases.py``'s; the loaders alive meanwhile
+or an epoch does to the tuning is the state machine in ``phases.py``; the loaders alive meanwhile
 are ``runs.py``'s; the budget used, ``progress.py``'s.
 """
 
@@ -66,7 +66,7 @@ class AutoLoader:
     @property
     def config(self) -> TrialConfig | None:
         """The config running now (the settled one once tuning is over)."""
-        run = self.tuning.final or self.tuning.runs.active
+        run = self.tuning.runs.active
         return run.config if run else None
 
     def report(self) -> LiveReport:

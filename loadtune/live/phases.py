@@ -1,14 +1,34 @@
-"""What the loop's batches and epochs do to autotune's tuning: windows, the race's legs, settling.
+"""autotune's state machine: what the loop's batches and epochs do to the tuning, in one place.
 
-``Tuning`` holds the state across epochs: the open window (searching), the leg (racing), the
-settled loader (``final``), the loaders alive (``runs.py``) and the budget used (``progress.py``).
-The loop tells it three events: an epoch begins, a batch's interval is over, the epoch ends.
+``Tuning`` is in one ``Phase`` at a time, with that phase's data: a window (``meter.Window``) while
+SEARCHING, a leg (``race.LiveLeg``) while RACING. ``loader.AutoLoader`` tells it three events, and
+``enter`` is the one place the phase changes::
+
+    event          phase        -> phase       when, and what else happens
+    epoch_begins   IDLE         -> next_step   the first epoch; after one config's epoch, or one the loop left
+                   SEARCHING    -> SEARCHING   the window goes on; it warms up again
+                   RACING       -> RACING      every racer restarts; the cut turn runs again
+    batch_done     SEARCHING    -> SEARCHING   timed; the warm-up's end sizes the blocks (the ranks agree)
+                                -> next_step   a full block completes the window (the scan's rule), or the budget is spent
+                   RACING       -> RACING      timed in the turn; a full block ends the turn, the next begins
+                                -> next_step   the leg's turns are over (its whole turns kept as trials)
+                                -> SETTLED     the budget is spent
+    epoch_ends     SEARCHING    -> IDLE        one config per epoch: the ranks judge its window
+                   any tuning   -> IDLE        the loop left midway: the open window or leg is lost
+                   SEARCHING, RACING           else the window (its cut block dropped) or the leg waits for the next epoch
+                   any tuning   -> SETTLED     then: the epochs or the seconds are spent (or the search ended)
+    next_step      (the tuner's) a config -> SEARCHING, a leg -> RACING, none (or none that fits) -> SETTLED
+
+SETTLED is the end: the pick's loader runs, the others deliver what they hold first, and from the
+next epoch on the loop iterates the settled DataLoader itself. Every batch of a tuning epoch is
+counted; only those of the running loader are timed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +47,17 @@ from loadtune.model.results import Recommendation
 from loadtune.search.strategy import Proposal
 
 
+class Phase(Enum):
+    IDLE = "idle"  # nothing measured: before the first step, between epochs of one config each, or between two steps
+    SEARCHING = "searching"  # a window times one config on the running loader
+    RACING = "racing"  # a leg: the contenders' loaders alive together, taking turns
+    SETTLED = "settled"  # tuning is over: the pick's loader runs
+
+
 @dataclass(eq=False)
 class Tuning:
-    """The tuning of one AutoLoader: the open window or leg, the settled loader, the loaders alive,
-    the budget used, the tuner's search."""
+    """The tuning of one AutoLoader: its phase and the phase's data (``window`` only while SEARCHING,
+    ``leg`` only while RACING), the loaders alive, the budget used, the tuner's search."""
 
     tuner: Tuner
     options: LiveOptions
@@ -41,28 +68,32 @@ class Tuning:
     fixed: dict  # the knobs the user set
     save_path: str | Path | None
     log: Callable[[str], None] | None
+    phase: Phase = Phase.IDLE
     window: Window | None = None
     leg: LiveLeg | None = None
     before: Run | None = None  # the racer whose turn came before the current one
-    final: Run | None = None  # the settled loader
 
     @property
     def order(self) -> EpochOrder | None:
         return self.runs.order
 
+    def enter(self, phase: Phase, window: Window | None = None, leg: LiveLeg | None = None) -> None:
+        """The one place the phase changes, and its data with it."""
+        self.phase, self.window, self.leg = phase, window, leg
+
     def plain(self) -> bool:
         """Settled, nothing left to drain: the next epoch iterates the settled DataLoader itself."""
-        return self.final is not None and self.window is None and not self.runs.draining
+        return self.phase is Phase.SETTLED and not self.runs.draining
 
     def plain_epoch(self) -> Iterator[Any]:
         """A settled epoch: the settled DataLoader's own iterator, drawing the epoch's shared order."""
         if self.order is not None:
             self.order.new_epoch()
-        return quiet_iter(self.final.loader)
+        return quiet_iter(self.runs.active.loader)
 
     # -- the events -------------------------------------------------------------------------------
     def epoch_begins(self) -> None:
-        """An epoch of tuning begins: its order, the budget at the first, then the window or the leg goes on."""
+        """An epoch of tuning begins: its order, the budget at the first, then the phase goes on."""
         progress = self.progress
         if self.order is not None:
             self.order.new_epoch()
@@ -70,24 +101,24 @@ class Tuning:
         progress.delivered = 0
         if progress.t0 is None:
             progress.begin(CLOCK())
-        if self.leg is not None:  # a leg goes on across the epoch's end: every racer starts its epoch
+        if self.phase is Phase.RACING:  # a leg goes on across the epoch's end: every racer starts its epoch
             self.runs.start_racers()
             self.next_turn(CLOCK())
-        elif self.window is None and self.final is None:
+        elif self.phase is Phase.IDLE:
             self.next_step(CLOCK())
         self.runs.start_active()
 
     def batch_done(self, got: Delivery, now: float) -> None:
         """The previous batch's interval is over (the loop asks again): count it, time it in the
         running config's window or the race's turn, and act on a finished warm-up or block."""
-        if self.final is not None and self.window is None:
-            return  # settled: nothing to time
+        if self.phase is Phase.SETTLED:
+            return  # nothing to time
         cost = self.report.cost
         cost.batches += 1
         cost.samples += got.samples
-        if self.leg is not None:
+        if self.phase is Phase.RACING:
             self.race_batch(got, now)
-        elif self.window is not None and got.run is self.runs.active:
+        elif self.phase is Phase.SEARCHING and got.run is self.runs.active:
             self.window_batch(got, now)
         # else a discarded loader's batch: trained on, timed in no window
 
@@ -95,19 +126,19 @@ class Tuning:
         """The epoch ended (or the loop left it): loaders left behind are stopped; with one config per
         epoch its window is judged; the budget of epochs and seconds is checked."""
         self.runs.stop_draining()
-        if self.final is not None:
-            self.final.iterator = None  # the next epoch iterates the settled DataLoader itself
+        if self.phase is Phase.SETTLED:
+            self.runs.active.iterator = None  # the next epoch iterates the settled DataLoader itself
             return
         if self.order is None:
             self.judge_epoch(now)
         elif self.runs.iterating():  # the loop left mid-epoch
-            self.window = self.leg = None  # the window (or the leg) is lost; its configs are tried again
+            self.enter(Phase.IDLE)  # the window (or the leg) is lost; its configs are tried again
             self.runs.stop_all()
         else:  # the epoch's end: a window or a leg goes on in the next, after its start-up
             self.rewarm()
         over = self.progress.epochs_over(now, self.ranks)
         if over is not None:
-            if self.leg is not None:
+            if self.phase is Phase.RACING:
                 self.end_leg()
             self.close_window(now)
             self.tuner.end(over)
@@ -137,19 +168,19 @@ class Tuning:
         for, no backlog to drain), else on a new loader, the running one left to deliver what it holds."""
         config, run = proposal.config, self.runs.active
         if run is not None and run.config == config and run.iterator is not None:
-            self.window = Window(config, proposal.round, 0, now, block_batches=self.progress.last_block)
+            self.enter(Phase.SEARCHING, window=Window(config, proposal.round, 0, now, block_batches=self.progress.last_block))
             return
         if run is not None and run.config == config:  # between epochs: the same loader, iterated again
             run.first = True
         else:
             self.runs.switch_to(config)
-        self.window = Window(config, proposal.round, warmup_batches(config), now)
+        self.enter(Phase.SEARCHING, window=Window(config, proposal.round, warmup_batches(config), now))
 
     def race(self, leg: Leg, now: float) -> None:
         """The racers' loaders alive together (the running one kept where it races), then the first turn."""
         self.runs.line_up(leg.configs)
         sizes = {c: self.progress.block_size(c, self.interval_of(c)) for c in leg.configs}
-        self.leg = LiveLeg.begin(leg, sizes, self.options.seed + leg.number)
+        self.enter(Phase.RACING, leg=LiveLeg.begin(leg, sizes, self.options.seed + leg.number))
         self.before = None
         self.next_turn(now)
 
@@ -159,11 +190,11 @@ class Tuning:
         rec = self.tuner.decide()
         active = self.runs.active
         config = rec.config if rec is not None else active.config if active is not None else self.fallback()
-        self.window = None
-        self.final = self.runs.keep_only(config)
+        self.runs.keep_only(config)
+        self.enter(Phase.SETTLED)
         self.finish(rec, now)
 
-    # -- a window ----------------------------------------------------------------------
+    # -- SEARCHING: a window ----------------------------------------------------------------------
     def window_batch(self, got: Delivery, now: float) -> None:
         window, run = self.window, got.run
         wait = got.got - got.requested
@@ -210,11 +241,12 @@ class Tuning:
 
     def close_window(self, now: float) -> None:
         """Record the running window if it holds enough blocks to judge (a cut-short one is dropped)."""
-        window, self.window = self.window, None
+        window = self.window
+        self.enter(Phase.IDLE)
         if window is not None and len(window.blocks) >= self.options.min_blocks:
             self.tuner.record(window.trial(now))
 
-    # -- the race ----------------------------------------------------------------------------
+    # -- RACING: a leg ----------------------------------------------------------------------------
     def interval_of(self, config: TrialConfig) -> float:
         """Seconds a batch of ``config`` in its windows so far (0 when it has none)."""
         pooled = self.tuner.result.config_result(config)
@@ -260,9 +292,8 @@ class Tuning:
 
     def end_leg(self) -> None:
         """The leg's whole turns, kept as each racer's trial of it (a leg without one keeps nothing)."""
-        leg, self.leg = self.leg, None
-        if leg is None:
-            return
+        leg = self.leg
+        self.enter(Phase.IDLE)
         for trial in leg.trials():
             if trial.ok:
                 self.tuner.record(trial)
@@ -272,17 +303,18 @@ class Tuning:
         """At the epoch's end, the open window or leg waits for the next epoch: there the window warms
         up again (its loader's start-up backlog, then a burst, untimed), and the leg's cut turn is run
         again from its start. A window's block cut by the end is dropped; its whole blocks stay."""
-        if self.leg is not None:
+        if self.phase is Phase.RACING:
             leg = self.leg
             leg.turns.appendleft(leg.current)
             leg.current, leg.pending, self.runs.active = None, None, None
-        elif self.window is not None:
+        elif self.phase is Phase.SEARCHING:
             window = self.window
             window.pending, window.warmup_left = Pending(), warmup_batches(window.config)
 
     def judge_epoch(self, now: float) -> None:
         """One config per epoch: the ranks compare their windows, and the slowest rank's is kept."""
-        window, self.window = self.window, None
+        window = self.window
+        self.enter(Phase.IDLE)
         active = self.runs.active
         if active is not None and active.iterator is not None:
             active.shutdown()  # the loop left mid-epoch
@@ -295,7 +327,7 @@ class Tuning:
             return
         self.tuner.record(min(trials, key=lambda t: t.estimate.median))
 
-    # -- settled ----------------------------------------------------------------------------------
+    # -- SETTLED ----------------------------------------------------------------------------------
     def fallback(self) -> TrialConfig:
         """Nothing measured: PyTorch's defaults where the user left them possible, else the search's first config."""
         search = self.tuner.search
@@ -303,7 +335,7 @@ class Tuning:
 
     def finish(self, rec: Recommendation | None, now: float) -> None:
         report = self.report
-        report.settled, report.config, report.stop = True, self.final.config, self.tuner.stop
+        report.settled, report.config, report.stop = True, self.runs.active.config, self.tuner.stop
         report.untried = list(self.tuner.untried)
         report.cost.seconds = now - (self.progress.t0 or now)
         result = report.result
@@ -322,7 +354,7 @@ class Tuning:
         if self.tuner.untried:
             notes.append("the search was cut short: it had yet to try "
                          + ", ".join(c.label() for c in self.tuner.untried) + " (a longer tuning budget would try them)")
-        config = self.final.config
+        config = self.runs.active.config
         if config.num_workers and config.persistent_workers and "persistent_workers" not in self.fixed:
             pick = self.tuner.result.config_result(config)
             startup = pick.startup_s if pick is not None else None
