@@ -24,6 +24,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, RandomSampler
 
+from loadtune.analysis.race import can_race
 from loadtune.engine.distributed.layout import cores_per_rank
 from loadtune.live.forms import Source, make_source, split_fixed
 from loadtune.live.order import EpochOrder
@@ -110,7 +111,7 @@ def start_tuning(source: Source, options: LiveOptions, fixed: dict, ranks: Ranks
     accelerator = info.has_accelerator
     space = search_space(source.batch_size, fixed, options, cores_per_rank(info.usable_cores, local))
     order = EpochOrder(source.template.batch_sampler) if source.in_epoch else None
-    races = options.race_legs > 0 and options.confirm > 0 and races_here(source, ranks)
+    races = can_race(options.race_legs, options.confirm, ranks.world) and interleaves(source)
     search = make_search(space, options, accelerator, info.usable_cores, local, info.memory_available_bytes, races)
     tuner = Tuner(empty_result(source, info, options, space, accelerator), search, options, races)
     report = LiveReport(tuner.result, "in-epoch" if order is not None else "across epochs", source.form, ranks.world)
@@ -119,11 +120,11 @@ def start_tuning(source: Source, options: LiveOptions, fixed: dict, ranks: Ranks
                   report, ranks, fixed, save, log)
 
 
-def races_here(source: Source, ranks: Ranks) -> bool:
-    """Whether the contenders may race on this loop: loaders that switch inside an epoch, one rank (the
-    ranks' blocks would have to agree turn by turn), and a shuffled order, since racing interleaves the
-    racers' batches (a sampler of the user's own keeps its order: closing rounds instead)."""
-    return source.in_epoch and ranks.world == 1 and isinstance(getattr(source.template, "sampler", None), RandomSampler)
+def interleaves(source: Source) -> bool:
+    """Whether racers' batches may interleave on this loop (where the race can run at all,
+    ``analysis.race.can_race``): loaders that switch inside an epoch, and a shuffled order (a sampler of
+    the user's own keeps its order: closing rounds instead)."""
+    return source.in_epoch and isinstance(getattr(source.template, "sampler", None), RandomSampler)
 
 
 def local_ranks(ranks: Ranks) -> int:
