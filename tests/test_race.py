@@ -456,3 +456,38 @@ def test_a_scan_of_large_batches_tries_and_reports_the_heap_setting(tmp_path):
     assert "w0 heap bs40" in text
     if result.recommendation.config.heap:
         assert f"MALLOC_MMAP_THRESHOLD_={result.recommendation.config.heap}" in text and "MALLOC_TRIM_THRESHOLD_" in text
+
+
+def test_a_race_reading_its_solo_runs_contradict_is_undecided_and_no_gain_rests_on_it():
+    """PyTorch's defaults read 0.4x the two-worker loader side by side where their runs alone read 1.25x
+    it: the reading holds only in the processes that took it. The defaults are left undecided (never
+    picked), a note says why and the range they ran at, and the gain over them is no 95% interval."""
+    from loadtune.analysis.race import unsettled_note
+    solo = [fake_trial(W0, 1000.0), fake_trial(W2, 800.0)]
+    trials = solo + race_trials({W0: 400.0, W2: 1000.0}, legs=3, seed=2, block_noise=0.02)
+    v = verdict(trials, FLOOR)
+    assert v.leader == W2 and v.standing(W0).status == UNDECIDED and "disagree beyond both intervals" in v.standing(W0).unsettled
+    assert W0 not in next_leg(v, WIDE, FLOOR, PAIRS_PER_LEG)  # another leg in that state settles nothing
+    note = unsettled_note(trials, v)
+    assert W0.label() in note and "samples/s" in note and "not picked" in note
+    rec = recommend(trials, FLOOR)
+    assert rec.config == W2 and rec.baseline == W0 and rec.speedup is None and rec.gain_unsettled
+    assert rec.speedup_low < rec.speedup_high
+
+
+def test_a_config_that_ran_in_two_states_of_its_allocator_is_not_the_leader():
+    """A loader without workers whose runs took fresh pages in some processes and not in others: its
+    ratios rest on that state, so the leader is a config the scan controlled and it stays undecided."""
+    from loadtune.model.batch import BatchInfo
+
+    def faulted(trial: Trial, share: float) -> Trial:
+        trial.batch = BatchInfo(10 * 2**20)
+        trial.blocks = [replace(b, faulted_bytes=int(share * b.batches * 10 * 2**20)) for b in trial.blocks]
+        return trial
+    trials = race_trials({W0: 1100.0, W2: 1000.0}, legs=3, seed=3, block_noise=0.02)
+    for t in trials:
+        if t.config == W0:
+            faulted(t, 1.0 if t.leg == 2 else 0.0)  # its second leg's process took every batch fresh
+    v = verdict(trials, FLOOR)
+    assert v.leader == W2 and v.standing(W0).status == UNDECIDED and "allocator" in v.standing(W0).unsettled
+    assert recommend(trials, FLOOR).config == W2

@@ -143,6 +143,13 @@ def takes_fresh_pages(config: ConfigResult) -> bool:
     return config.ok and share is not None and share >= FRESH_SHARE
 
 
+def fault_regimes(config: ConfigResult) -> bool:
+    """Some of its runs took each batch's pages fresh (``FRESH_SHARE`` or more) and others did not (under
+    half that): it ran in two states of its allocator, which no knob of the scan set."""
+    shares = [s for t in config.trials if t.ok and (s := fresh_share(ConfigResult(config.config, [t]))) is not None]
+    return any(s >= FRESH_SHARE for s in shares) and any(s < FRESH_SHARE / 2 for s in shares)
+
+
 def fresh_page_takers(configs: list[ConfigResult]) -> list[tuple[float, ConfigResult]]:
     """The configs that take fresh pages (``takes_fresh_pages``), with the share of a batch, the
     largest first."""

@@ -25,9 +25,12 @@ import math
 from dataclasses import dataclass
 
 from loadtune.analysis.comparison import UNDECIDED, Comparison, after_more, compare
+from loadtune.analysis.footprint import fault_regimes
+from loadtune.analysis.noise import RunNoise, alone, long_run, run_noise
+from loadtune.analysis.stats import Ratio, ratio
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
-from loadtune.model.results import Trial
+from loadtune.model.results import ConfigResult, Trial, by_config
 
 MIN_PAIRS = 3  # turn pairs before a ratio gets an interval: fewer give t(1), t(2) intervals that decide nothing
 PAIRS_PER_LEG = 3  # turn pairs a leg times: a fresh process every few pairs
@@ -45,6 +48,10 @@ WIDE = 0.05
 MAX_RACERS = 3
 
 LEADER = "leader"
+# how far apart (beyond both intervals) a race's ratio and the same configs' runs alone must lie to be two
+# states rather than drift: a leg reads a few percent low beside a lighter neighbour, the allocator's states
+# 1.5-3.5x apart (benchmarks/RESULTS.md, "Fresh pages")
+REGIME_GAP = 0.15
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class Standing:
     config: TrialConfig
     status: str  # LEADER, TIED, SLOWER, UNDECIDED
     ratio: Comparison | None
+    unsettled: str | None = None  # why its standing rests on a state the scan did not set (``unsettled``)
 
 
 @dataclass(frozen=True)
@@ -129,23 +137,81 @@ def standing_of(ratio: Comparison | None, floor: float) -> str:
 
 def close(standing: Standing, floor: float) -> bool:
     """Undecided, and its measured ratio to the leader within the floor: picked like a tied config once
-    the race has ended (no test separated them, and the difference measured is not worth a worker)."""
-    return standing.status == UNDECIDED and standing.ratio is not None and standing.ratio.value >= 1 - floor
+    the race has ended (no test separated them, and the difference measured is not worth a worker). Not
+    an unsettled one: its ratio holds only in the state it was measured in."""
+    return (standing.status == UNDECIDED and standing.unsettled is None and standing.ratio is not None
+            and standing.ratio.value >= 1 - floor)
 
 
 def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
     """Where every raced config stands against the leader; None before any leg measured enough turn
-    pairs for a ratio (a leg cut short has no leader)."""
+    pairs for a ratio (a leg cut short has no leader). The leader is one whose speed the scan
+    controlled where there is one; a config whose standing rests on a state the scan did not set is
+    undecided, whatever its ratio reads (``unsettled``)."""
     configs = raced_configs(trials)
-    leader = leader_of(trials, configs)
+    by = {c.config: c for c in by_config(trials)}
+    regimes = {c for c in configs if fault_regimes(by[c])}
+    leader = leader_of(trials, [c for c in configs if c not in regimes] or configs)
     if leader is None:
         return None
     ratios = {c: race_ratio(trials, c, leader) for c in configs if c != leader}
     if all(r is None for r in ratios.values()):
         return None
+    noise = run_noise(by_config([t for t in trials if not t.raced]))  # the legs' levels would widen it by the very gap
     standings = [Standing(leader, LEADER, None)]
-    standings += [Standing(c, standing_of(r, floor), r) for c, r in ratios.items()]
+    for c, r in ratios.items():
+        why = unsettled(trials, by, c, leader, regimes, noise)
+        standings.append(Standing(c, UNDECIDED if why else standing_of(r, floor), r, why))
     return RaceVerdict(leader, standings)
+
+
+def unsettled(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: TrialConfig, b: TrialConfig,
+              regimes: set[TrialConfig], noise: RunNoise) -> str | None:
+    """Why ``a``'s standing against ``b`` rests on a state the scan did not set, if it does: one of them
+    ran in two states of its allocator (``footprint.fault_regimes``), or the race's ratio and their runs
+    alone disagree beyond both intervals (a ratio that holds only in the processes that measured it says
+    nothing of the next). Another leg in that state does not settle it."""
+    for c in (a, b):
+        if c in regimes:
+            return (f"{c.label()} took each batch's pages fresh from the kernel in some runs and not in others: "
+                    "its speed follows its allocator's state")
+    solo = solo_ratio(by[a], by[b], noise)
+    raced = race_ratio(trials, a, b)
+    if solo is None or raced is None or max(solo.low / raced.high, raced.low / solo.high) <= 1 + REGIME_GAP:
+        return None
+    return (f"side by side {a.label()} read {raced.text()} {b.label()}, its runs alone {solo.value:.2f}× "
+            f"({solo.low:.2f}–{solo.high:.2f}): the two disagree beyond both intervals")
+
+
+def run_range(config: ConfigResult) -> tuple[float, float] | None:
+    """The slowest and the fastest of its runs' medians (solo and legs): the range it was seen at."""
+    levels = [t.estimate.median for t in config.trials if t.ok and t.estimate is not None]
+    return (min(levels), max(levels)) if levels else None
+
+
+def unsettled_note(trials: list[Trial], v: RaceVerdict | None) -> str | None:
+    """What a race says when a standing rested on a state the scan did not set: who, why, and the range
+    of speeds it ran at; none of them is given a verdict or an interval."""
+    if v is None or not any(s.unsettled for s in v.standings):
+        return None
+    by = {c.config: c for c in by_config(trials)}
+    parts = []
+    for s in v.standings:
+        if s.unsettled:
+            seen = run_range(by[s.config])
+            span = f"; it ran at {seen[0]:,.0f}–{seen[1]:,.0f} samples/s" if seen else ""
+            parts.append(f"{s.config.label()} against {v.leader.label()}: {s.unsettled}{span}")
+    return ("a speed that follows a state the scan did not set is not a property of the config: " + "; ".join(parts)
+            + ". It is left undecided and not picked; no verdict or gain rests on it")
+
+
+def solo_ratio(a: ConfigResult, b: ConfigResult, noise: RunNoise) -> Ratio | None:
+    """``a / b`` from their runs timed alone, each with its interval for a long run; None where either has
+    no such run."""
+    if not any(t.ok and not t.raced for t in a.trials) or not any(t.ok and not t.raced for t in b.trials):
+        return None
+    ea, eb = long_run(alone(a), noise), long_run(alone(b), noise)
+    return ratio(ea, eb) if ea is not None and eb is not None else None
 
 
 def could_decide(ratio: Comparison | None, floor: float, pairs: int) -> bool:
@@ -183,9 +249,12 @@ def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None,
     pick = pick or v.leader
     if to_pick is None:
         to_pick = {s.config: s.ratio for s in v.standings if s.ratio is not None}
-    loose = {c for c, r in to_pick.items() if c != pick and r.halfwidth > wide}
+    apart = {s.config for s in v.standings if s.unsettled}  # their intervals are not what more legs narrow
+    loose = {c for c, r in to_pick.items() if c != pick and c not in apart and r.halfwidth > wide}
 
     def races_on(s: Standing) -> bool:
+        if s.unsettled:  # another leg in a state the scan did not set settles nothing
+            return False
         if s.config in loose:
             return True
         return s.status == UNDECIDED and (floor is None or could_decide(s.ratio, floor, pairs))

@@ -15,9 +15,10 @@ from loadtune.analysis.footprint import over_limit, size_text
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig, transfer_cost
 from loadtune.model.results import ConfigResult, Recommendation, ScanResult, Trial, by_config
 from loadtune.model.settings import NOISE_FLOOR
-from loadtune.analysis.noise import clearly_faster, gain, run_noise
+from loadtune.analysis.footprint import fault_regimes
+from loadtune.analysis.noise import alone, clearly_faster, gain, long_run, run_noise
 from loadtune.analysis.comparison import SLOWER, TIED
-from loadtune.analysis.race import LEADER, RaceVerdict, close, race_ratio
+from loadtune.analysis.race import LEADER, RaceVerdict, close, race_ratio, run_range, unsettled
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.stats import indistinguishable
 
@@ -140,6 +141,12 @@ def race_pick(trials: list[Trial], configs: list[ConfigResult], raced: RaceVerdi
     paired = race_ratio(trials, pick.config, base.config) if base and base is not pick else None
     speed = None if paired or not base else gain(pick, base, run_noise(configs))
     reason = keep_reason(pick, tied) if pick is mine else race_reason(pick, raced, tied)
+    apart = unsettled_gain(trials, by, pick, base) if base and base is not pick else None
+    if apart is not None:
+        return Recommendation(
+            config=pick.config, best=raced.leader, tied=[t.config for t in tied], baseline=base.config, speedup=None,
+            speedup_low=apart[1], speedup_high=apart[2], gain_unsettled=apart[0],
+            reason=reason + excluded_reason(excluded, max_memory), excluded=[c.config for c in excluded], max_memory=max_memory)
     return Recommendation(
         config=pick.config, best=raced.leader, tied=[t.config for t in tied], baseline=base.config if base else None,
         speedup=paired.value if paired else (speed.ratio.value if speed else None),
@@ -149,6 +156,19 @@ def race_pick(trials: list[Trial], configs: list[ConfigResult], raced: RaceVerdi
         speedup_rounds=speed.rounds if speed else 0,
         speedup_pairs=paired.pairs if paired else 0,
     )
+
+
+def unsettled_gain(trials: list[Trial], by: dict[TrialConfig, ConfigResult], pick: ConfigResult,
+                   base: ConfigResult) -> tuple[str, float, float] | None:
+    """Where the gain over ``base`` rests on a state the scan did not set (``race.unsettled``): why, and
+    the range of gains its runs span (the pick's figure over the fastest and the slowest of them)."""
+    regimes = {c.config for c in (pick, base) if fault_regimes(c)}
+    noise = run_noise(by_config([t for t in trials if not t.raced]))
+    why = unsettled(trials, by, pick.config, base.config, regimes, noise)
+    seen, level = run_range(base), long_run(alone(pick), noise)
+    if why is None or seen is None or level is None:
+        return None
+    return why, level.median / seen[1], level.median / seen[0]
 
 
 def race_reason(pick: ConfigResult, raced: RaceVerdict, tied: list[ConfigResult]) -> str:

@@ -20,7 +20,7 @@ from loadtune.engine import calibration
 from loadtune.engine import stages as stages_mod
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
-from loadtune.analysis.race import RacePolicy, precision_note
+from loadtune.analysis.race import RacePolicy, precision_note, unsettled_note
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.engine.plan import Plan, prepare, races, resume_from
 from loadtune.engine.race import WARMUP_SHARE, RaceRun, ending_note, race, run_leg
@@ -223,12 +223,11 @@ def race_contenders(run: Run) -> None:
     if how == "budget" and not any(t.raced for t in result.trials):
         result.notes.append(f"no race: its first leg would exceed the {opts.budget:g} s budget; the pick comes from "
                             "the screening's trials, each timed alone")
-    note = ending_note(how, race_verdict(result.trials, opts.noise_floor), opts.race_legs)
+    final = race_verdict(result.trials, opts.noise_floor)
+    notes = [ending_note(how, final, opts.race_legs), unsettled_note(result.trials, final)]
     if pick() is not None and any(t.raced for t in result.trials):
-        note = " ".join(n for n in (note, precision_note(result.trials, pick(), policy.wide, policy.pairs_per_leg,
-                                                               policy.legs_run(result.trials))) if n) or None
-    if note and note not in result.notes:
-        result.notes.append(note)
+        notes.append(precision_note(result.trials, pick(), policy.wide, policy.pairs_per_leg, policy.legs_run(result.trials)))
+    result.notes += [n for n in notes if n and n not in result.notes]
 
 
 def run_quietly(run: Run, config: TrialConfig, round_: int) -> Trial:

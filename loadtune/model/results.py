@@ -525,6 +525,9 @@ class Recommendation:
     max_memory: int | None = None  # the limit in bytes, when one was set
     speedup_rounds: int = 0  # closing rounds the speedup was measured side by side in (0: figures taken apart)
     speedup_pairs: int = 0  # with a race: the turn pairs the speedup was measured in, side by side block by block
+    # why the gain rests on a state the scan did not set (the baseline's allocator, say): speedup is then
+    # None and speedup_low/high the range of its runs, not an interval
+    gain_unsettled: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
