@@ -49,7 +49,8 @@ from loadtune.engine.trial.measure import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
-from loadtune.model.results import ScanResult, write_atomic
+from loadtune.model.results import ScanResult
+from loadtune.model.scanfile import write_atomic
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -35,7 +35,7 @@ from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.measure import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import write_atomic
+from loadtune.model.scanfile import write_atomic
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

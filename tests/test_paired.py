@@ -18,7 +18,8 @@ from loadtune.engine.trial.harness import run_trial
 from loadtune.model.batch import BatchInfo, BatchSizes
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CalibrationShape, PairedRound, turn_order
-from loadtune.model.results import Block, ScanResult, Trial
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Block, Trial
 from loadtune.engine.trial.measure import Timing
 
 CONFIG_W2, DEFAULTS_W0 = TrialConfig(32, 2), TrialConfig(32, 0)

@@ -16,7 +16,7 @@ from loadtune.engine import race as race_mod
 from loadtune.engine.race import RaceRun, ending_note, race
 from loadtune.engine.trial.paired import race_orders
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Block, Trial
+from loadtune.model.trial import Block, Trial
 from loadtune.search.race import MAX_RACERS, entrants
 
 W0, W1, W2, W4 = (TrialConfig(32, w, False, 2 if w else None, bool(w)) for w in (0, 1, 2, 4))

@@ -156,7 +156,7 @@ def test_iterable_dataset_without_a_length_measures_with_workers(persistent):
 
 def test_one_table_records_a_loaders_messages_on_the_trial_and_a_ranks_on_its_figures():
     from loadtune.engine.trial.protocol import Kind, Message, apply
-    from loadtune.model.results import Block, GPUUsage, Trial
+    from loadtune.model.trial import Block, GPUUsage, Trial
 
     one, ranked = Trial(config=TrialConfig(8, 0), status="failed"), Trial(config=TrialConfig(8, 0), status="failed")
     for kind, payload in [("startup", 0.5), ("block", Block(80, 10, 1.0)), ("cpu", 0.3), ("memory", 123),

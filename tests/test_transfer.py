@@ -98,7 +98,7 @@ def test_cheaper_strategy_wins_a_tie_and_snippet_says_how():
 
 
 def _ok(config):
-    from loadtune.model.results import Block, MemoryUsage, Trial
+    from loadtune.model.trial import Block, MemoryUsage, Trial
 
     return Trial(config, "ok", blocks=[Block(10, 1, 1.0)], memory=MemoryUsage(1, 1, "pss"))
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
-from loadtune.model.results import Trial
+from loadtune.model.trial import Trial
 
 MIN_PAIRS = 3  # turn pairs before a ratio gets an interval: fewer give t(1), t(2) intervals that decide nothing
 # Student's t, 95% one-sided (the 90% two-sided quantile), by degrees of freedom: the decisions' bounds

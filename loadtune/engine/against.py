@@ -39,7 +39,8 @@ from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.against import Against, DuetRound, Revision
 from loadtune.model.check import INCONCLUSIVE, NO_BASE, CheckResult
 from loadtune.model.config import TrialConfig, current_config
-from loadtune.model.results import ScanResult, Trial
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Trial
 from loadtune.model.settings import ScanOptions
 
 KNOB_FIELDS = {"multiprocessing_context": "start_method"}  # parse_knobs' names that TrialConfig spells otherwise

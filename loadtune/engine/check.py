@@ -30,7 +30,7 @@ from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
 from loadtune.engine.trial.workload import StepWorkload, calibrate
 from loadtune.model.check import INCONCLUSIVE, CheckResult
 from loadtune.model.paired import PairedReference, PairedRound
-from loadtune.model.results import Trial
+from loadtune.model.trial import Trial
 from loadtune.engine.reference import paired_round, record_reference
 from loadtune.analysis.environment import environment_changes, spec_identity
 from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step, side_by_side_gain

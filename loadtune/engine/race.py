@@ -31,7 +31,7 @@ from loadtune.engine.trial.duet import SideEntry, run_in_turns
 from loadtune.engine.trial.paired import race_orders
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Trial
+from loadtune.model.trial import Trial
 
 PAIRS_PER_LEG = 3  # turn pairs a leg times: a fresh process every few pairs
 # legs every raced config runs before the race may decide: a leg's pairs share their processes (where

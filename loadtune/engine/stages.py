@@ -48,7 +48,7 @@ from loadtune.engine.trial.measure import (
 from loadtune.engine.trial.protocol import Kind, TrialRequest, TrialRun
 from loadtune.engine.trial.transfer import move_to, nbytes_of
 from loadtune.model.config import TrialConfig, transfer_for
-from loadtune.model.results import StageCost, StageCosts
+from loadtune.model.stages import StageCost, StageCosts
 
 MIN_UNITS = 5  # per phase, at least (a noise estimate needs a few)
 MAX_UNITS = 400  # per phase, at most: cheap stages end early, and the JSON stays small

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from loadtune.engine.trial.paired import race_orders
 from loadtune.live.meter import Pending, whole_bursts
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Block, Trial
+from loadtune.model.trial import Block, Trial
 
 PAIRS_PER_LEG = 3  # turn pairs per leg: the race's verdict needs three before it gives an interval
 LIVE_RACERS = 3  # loaders alive at once, at most: each turn pair costs two blocks of each

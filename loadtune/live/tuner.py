@@ -20,7 +20,8 @@ from loadtune.engine.plan import worker_cap
 from loadtune.engine.trial.measure import Timing
 from loadtune.live.race import LIVE_RACERS, Leg
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Recommendation, ScanResult, Trial
+from loadtune.model.results import Recommendation, ScanResult
+from loadtune.model.trial import Trial
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
 from loadtune.search.adaptive import AdaptiveSearch
 from loadtune.search.race import entrants, race_memory_limit

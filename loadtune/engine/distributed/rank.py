@@ -31,7 +31,7 @@ from loadtune.engine.trial.protocol import (
     TrialRequest,
     await_sample,
 )
-from loadtune.model.results import TrialError
+from loadtune.model.trial import TrialError
 
 ACK_WAIT_S = 30.0  # how long ranks hold their loaders alive for the runner's memory sample
 

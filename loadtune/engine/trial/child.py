@@ -22,7 +22,7 @@ from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
 from loadtune.engine.trial.faults import diagnose
 from loadtune.engine.trial.measure import ConsumerError, TrialFailure, measure
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, TrialRun
-from loadtune.model.results import TrialError
+from loadtune.model.trial import TrialError
 
 
 def die_with_parent() -> None:

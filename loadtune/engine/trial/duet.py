@@ -38,7 +38,7 @@ from loadtune.engine.trial.measure import SizeTally, TrialFailure, batch_sizes, 
 from loadtune.engine.trial.paired import SETTLE_BLOCKS, freezable, freeze, frozen_turn, open_meters, timed_turn
 from loadtune.engine.trial.paired import settle as settle_workers
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, TrialRun
-from loadtune.model.results import Block, Trial, TrialError
+from loadtune.model.trial import Block, Trial, TrialError
 
 HEAD, BASE = "head", "base"
 VENDORED = ("site-packages", "dist-packages")  # installed packages: never the user's tree, wherever the environment lives

@@ -44,7 +44,7 @@ from loadtune.model.batch import BatchInfo
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
 from loadtune.model.estimate import estimate
 from loadtune.model.batch import BatchSizes
-from loadtune.model.results import Block
+from loadtune.model.trial import Block
 from loadtune.model.settings import ScanOptions
 
 

@@ -45,7 +45,7 @@ from loadtune.engine.trial.measure import (
 from loadtune.engine.trial.transfer import batch_info
 from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.batch import BatchInfo
-from loadtune.model.results import Block
+from loadtune.model.trial import Block
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
 

@@ -31,7 +31,7 @@ from loadtune.engine.trial.measure import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.verify.device import MARK
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Trial
+from loadtune.model.trial import Trial
 from loadtune.model.verify import NO_CUDA, Check, Verification
 
 DEVICE_TIMEOUT_S = 150.0  # the GPU checks take well under a minute; a hang is cut here
