@@ -28,7 +28,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from loadtune.engine.trial.measure import LoaderOptions, scan_timing
+from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.noise import long_run, run_noise
 from loadtune.model.results import ConfigResult, by_config

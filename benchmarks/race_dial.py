@@ -32,7 +32,7 @@ from pathlib import Path
 from loadtune.analysis.race import SLOWER, verdict
 from loadtune.engine.race import RaceRun, race, run_leg
 from loadtune.engine.spec import SpecRef
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.scanfile import write_atomic

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 import loadtune
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ScanResult
 from loadtune.model.scanfile import check_writable, write_atomic

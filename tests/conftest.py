@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from loadtune.engine.machine import collect
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.results import ScanResult, SpecInfo
 from loadtune.model.trial import Block, MemoryUsage, Trial

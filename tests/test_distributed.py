@@ -27,7 +27,7 @@ from loadtune.engine.distributed.layout import (
 )
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import RankSetup, TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ScanResult

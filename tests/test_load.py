@@ -17,7 +17,7 @@ from loadtune.engine.distributed.agent import with_ranks
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.load import Proc, cpu_ticks, descendants, proc_table, quota_usage_file, read_usage
-from loadtune.engine.trial.measure import Timing
+from loadtune.engine.trial.setup import Timing
 from loadtune.engine.trial.protocol import RankSetup
 from loadtune.model.config import TrialConfig
 from loadtune.model.load import LoadReading

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtune.engine.trial.measure import Timing
+from loadtune.engine.trial.setup import Timing
 from loadtune.model.config import TrialConfig
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.spec import SpecRef
@@ -184,7 +184,7 @@ assert server in [p.pid for p in psutil.Process().children()], server
 from conftest import QUICK_TIMING, SPECS
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.measure import LoaderOptions
+from loadtune.engine.trial.setup import LoaderOptions
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 trial = run_trial(SpecRef(str(SPECS / "tiny.py")), TrialRequest(TrialConfig(8, 1, prefetch_factor=2), "cpu", QUICK_TIMING,

@@ -18,7 +18,8 @@ from loadtune.search.adaptive import AdaptiveSearch
 from loadtune.model.batch import BatchInfo
 from loadtune.engine.trial.transfer import batch_info
 from loadtune.engine.trial.transfer import batch_size_of, move_to, nbytes_of, tensors_of, unmoved_note
-from loadtune.engine.trial.measure import Consumer, LoaderOptions, Timing, measure
+from loadtune.engine.trial.measure import measure
+from loadtune.engine.trial.setup import Consumer, LoaderOptions, Timing
 from loadtune.engine.spec import from_objects
 from conftest import drive
 

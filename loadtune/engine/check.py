@@ -22,7 +22,7 @@ from loadtune.engine.distributed.layout import DistributedError, setup_for
 from loadtune.engine.distributed.layout import validate as validate_layout
 from loadtune.engine.calibration import unit_seconds_isolated
 from loadtune.engine.machine import collect
-from loadtune.engine.trial.measure import LoaderOptions, scan_timing
+from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ScanResult
 from loadtune.engine.trial.protocol import TrialRequest

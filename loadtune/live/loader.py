@@ -27,7 +27,7 @@ from torch.utils.data import IterableDataset, RandomSampler
 
 from loadtune.engine.distributed.layout import cores_per_rank
 from loadtune.engine.loaders import start
-from loadtune.engine.trial.measure import ready_batches
+from loadtune.engine.trial.meter import ready_batches
 from loadtune.engine.trial.paired import in_flight
 from loadtune.engine.trial.transfer import batch_size_of
 from loadtune.live.forms import Source, make_source, split_fixed

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from loadtune.analysis.race import next_leg, verdict
 from loadtune.analysis.recommend import recommend
 from loadtune.engine.plan import worker_cap
-from loadtune.engine.trial.measure import Timing
+from loadtune.engine.trial.setup import Timing
 from loadtune.live.race import LIVE_RACERS, Leg
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import Recommendation, ScanResult

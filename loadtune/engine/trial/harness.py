@@ -32,7 +32,7 @@ from loadtune.engine.trial.child import (
     exit_error,
     scratch_dir,
 )
-from loadtune.engine.trial.measure import TrialFailure
+from loadtune.engine.trial.setup import TrialFailure
 from loadtune.engine.trial.memory import MemorySampler
 from loadtune.engine.trial.nvml import UtilisationSampler
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, apply

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtune.engine.spec import LoadedSpec, SpecRef
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.config import TrialConfig
 from loadtune.model.trial import GPUUsage, RankFigures, Trial, TrialError

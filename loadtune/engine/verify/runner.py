@@ -27,7 +27,7 @@ from loadtune.engine import calibration
 from loadtune.engine.distributed.agent import with_ranks
 from loadtune.engine.distributed.layout import setup_for
 from loadtune.engine.trial.harness import kill_group, run_trial
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.verify.device import MARK
 from loadtune.model.config import TrialConfig
