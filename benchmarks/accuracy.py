@@ -27,10 +27,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from loadtune.engine.trial.measure import LoaderOptions, scan_timing
+from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.noise import long_run, run_noise
-from loadtune.model.results import Block, ConfigResult, Trial, by_config, check_writable
+from loadtune.model.results import ConfigResult, by_config
+from loadtune.model.scanfile import check_writable
+from loadtune.model.trial import Block, Trial
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.plan import prepare

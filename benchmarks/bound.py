@@ -33,7 +33,8 @@ from pathlib import Path
 
 import loadtune
 from loadtune.analysis.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, pick_fraction, pick_rate
-from loadtune.model.results import ScanResult, check_writable
+from loadtune.model.results import ScanResult
+from loadtune.model.scanfile import check_writable
 from loadtune.analysis.bound import scan_bound
 
 from meta import run_meta

@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeats must be >= 1")
 
     from loadtune.engine import machine
-    from loadtune.engine.trial.measure import LoaderOptions, Timing
+    from loadtune.engine.trial.setup import LoaderOptions, Timing
     from loadtune.model.settings import ScanOptions
 
     import torch

@@ -45,7 +45,7 @@ from loadtune.analysis.race import RacePolicy, legs, pair_logs, race_ratio, verd
 from loadtune.engine.race import RaceRun, race, run_leg
 from loadtune.engine.scan import scan
 from loadtune.engine.spec import SpecRef
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975

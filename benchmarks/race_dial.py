@@ -33,7 +33,7 @@ from loadtune.analysis.comparison import SLOWER
 from loadtune.analysis.race import RacePolicy, verdict
 from loadtune.engine.race import RaceRun, race, run_leg
 from loadtune.engine.spec import SpecRef
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions

@@ -31,7 +31,7 @@ import loadtune
 from loadtune.engine.distributed.agent import with_ranks
 from loadtune.engine.distributed.layout import setup_for
 from loadtune.engine.machine import usable_cores
-from loadtune.engine.trial.measure import LoaderOptions, scan_timing
+from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.spec import SpecRef

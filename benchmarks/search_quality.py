@@ -44,9 +44,11 @@ import time
 from pathlib import Path
 
 import loadtune
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import ScanResult, Trial, check_writable
+from loadtune.model.results import ScanResult
+from loadtune.model.scanfile import check_writable
+from loadtune.model.trial import Trial
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.plan import DEFAULT_BATCH_SIZE, prepare

@@ -17,7 +17,7 @@ _EXPORTS = {
     "SpecError": "loadtune.engine.spec",
     "load_spec": "loadtune.engine.spec",
     "ScanResult": "loadtune.model.results",
-    "Trial": "loadtune.model.results",
+    "Trial": "loadtune.model.trial",
     "TrialConfig": "loadtune.model.config",
     "CUDAPrefetcher": "loadtune.engine.trial.prefetch",
     "autotune": "loadtune.live.loader",
@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from loadtune.engine.trial.prefetch import CUDAPrefetcher
     from loadtune.live.loader import autotune
     from loadtune.model.config import TrialConfig
-    from loadtune.model.results import ScanResult, Trial
+    from loadtune.model.results import ScanResult
     from loadtune.model.settings import ScanOptions
+    from loadtune.model.trial import Trial
 
 
 # Imported with a name: the result's HTML rendering in Jupyter (light: neither torch nor the engine).

@@ -17,9 +17,10 @@ import psutil
 import pytest
 
 from loadtune.engine.machine import collect
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
-from loadtune.model.results import Block, MemoryUsage, ScanResult, SpecInfo, Trial
+from loadtune.model.results import ScanResult, SpecInfo
+from loadtune.model.trial import Block, MemoryUsage, Trial
 from loadtune.model.settings import ScanSettings
 
 SPECS = Path(__file__).parent / "specs"  # datasets built to show one behaviour each

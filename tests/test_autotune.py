@@ -30,7 +30,8 @@ from loadtune.live.order import EpochOrder, Handout
 from loadtune.live.report import Cost, LiveReport, LoaderForm
 from loadtune.live.tuner import AutotuneError, Budget, LiveOptions, Tuner, make_search, not_the_bottleneck, search_space
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Block, ScanResult, Trial
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Block, Trial
 from loadtune.report.scan import print_report
 
 # windows of a few batches, tuning within the first epoch: the tests check what autotune does, not what it measures

@@ -13,7 +13,9 @@ from loadtune.engine import machine
 from loadtune.analysis.bound import COLLATION, COPY, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, BatchCosts, compute_bound, pick_fraction
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.recommend import recommend
-from loadtune.model.results import Block, MemoryUsage, ScanResult, SpecInfo, StageCost, StageCosts, Trial
+from loadtune.model.results import ScanResult, SpecInfo
+from loadtune.model.stages import StageCost, StageCosts
+from loadtune.model.trial import Block, MemoryUsage, Trial
 from loadtune.model.settings import ScanSettings
 from loadtune.analysis.bound import scan_bound
 

@@ -25,11 +25,13 @@ from loadtune.cli import project
 from loadtune.cli.app import app
 from loadtune.engine.interactive import check_main_objects, main_defined
 from loadtune.engine.spec import SpecError, from_objects
-from loadtune.model import results as results_mod
+from loadtune.model import scanfile
 from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION, CheckResult
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, CalibrationShape, PairedRound, turn_order
-from loadtune.model.results import ResultError, ScanResult, Trial, TrialError
+from loadtune.model.results import ScanResult
+from loadtune.model.scanfile import ResultError
+from loadtune.model.trial import Trial, TrialError
 from loadtune.report import ci, notebook
 from loadtune.report.html import html_report
 from loadtune.report.progress import AnswerOnly, LineProgress, ProgressDisplay, scan_progress
@@ -321,12 +323,12 @@ def test_markdown_appends_to_the_job_summary_and_replaces_elsewhere(tmp_path):
 
 def test_an_older_schema_version_is_migrated_and_a_newer_one_refused(monkeypatch):
     data = json.loads((FIXTURES / "tiny_scan.json").read_text())
-    now = results_mod.SCHEMA_VERSION
+    now = scanfile.SCHEMA_VERSION
     data = {**data, "schema_version": now}
-    monkeypatch.setattr(results_mod, "SCHEMA_VERSION", now + 1)
-    monkeypatch.setitem(results_mod.MIGRATIONS, now, lambda d: {**d, "notes": d["notes"] + ["migrated"]})
+    monkeypatch.setattr(scanfile, "SCHEMA_VERSION", now + 1)
+    monkeypatch.setitem(scanfile.MIGRATIONS, now, lambda d: {**d, "notes": d["notes"] + ["migrated"]})
     assert ScanResult.from_dict(data).notes[-1] == "migrated"  # read through the step to the next version
-    monkeypatch.delitem(results_mod.MIGRATIONS, now)
+    monkeypatch.delitem(scanfile.MIGRATIONS, now)
     assert ScanResult.from_dict(data).trials  # no step needed: read as it is, missing keys at their defaults
     with pytest.raises(ResultError, match="newer loadtune .* upgrade loadtune"):
         ScanResult.from_dict({**data, "schema_version": now + 2})

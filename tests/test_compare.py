@@ -12,7 +12,8 @@ from loadtune.analysis.compare import FASTER, ONLY_A, ONLY_B, SAME, SLOWER, UNME
 from loadtune.model.config import TrialConfig
 from loadtune.report.compare import print_comparison
 from loadtune.report.text import rate
-from loadtune.model.results import Block, ConfigResult, ScanResult, Trial, TrialError
+from loadtune.model.results import ConfigResult, ScanResult
+from loadtune.model.trial import Block, Trial, TrialError
 from loadtune.model.estimate import estimate
 from loadtune.analysis.view import Filters, ViewError
 

@@ -22,7 +22,8 @@ from loadtune.model.against import DuetRound
 from loadtune.model.check import INCONCLUSIVE, PASS, REGRESSION
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import PairedRound
-from loadtune.model.results import Block, ConfigResult, Trial
+from loadtune.model.results import ConfigResult
+from loadtune.model.trial import Block, Trial
 
 def fields(c: Change) -> tuple:
     return (c.value, c.low, c.high, c.rounds, c.baseline_rounds)

@@ -13,7 +13,8 @@ from loadtune.engine.machine import collect
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.recommend import recommend
 from loadtune.report.scan import print_report
-from loadtune.model.results import Block, GPUUsage, MemoryUsage, ScanResult, SpecInfo, Trial
+from loadtune.model.results import ScanResult, SpecInfo
+from loadtune.model.trial import Block, GPUUsage, MemoryUsage, Trial
 from loadtune.model.settings import ScanSettings
 from loadtune.model.batch import BatchInfo
 

@@ -13,7 +13,8 @@ from loadtune.analysis.recommend import recommend
 from loadtune.engine.options import OptionsError
 from loadtune.engine.plan import prepare
 from loadtune.model.config import PlanError, TrialConfig, current_config, parse_knobs
-from loadtune.model.results import Block, MemoryUsage, ScanResult, Trial
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Block, MemoryUsage, Trial
 from loadtune.report.scan import print_report
 from loadtune.search.closing import closing_rounds
 

@@ -27,10 +27,11 @@ from loadtune.engine.distributed.layout import (
 )
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import RankSetup, TrialRequest
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Block, RankFigures, ScanResult, Trial
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Block, RankFigures, Trial
 
 TWO = RankSetup(nproc_per_node=2, window_s=0.3)
 
@@ -314,7 +315,7 @@ def test_the_relay_passes_every_figure_of_a_rank_on_and_the_trial_keeps_each_ran
     from loadtune.engine.distributed.agent import Relay
     from loadtune.engine.trial.protocol import Kind, Message, apply
     from loadtune.model.batch import BatchInfo
-    from loadtune.model.results import GPUUsage
+    from loadtune.model.trial import GPUUsage
 
     sent = Sent()
     relay = Relay([None, None], sent, RankSetup(2, nnodes=2, node_rank=1))
@@ -347,7 +348,7 @@ def test_the_parent_samples_each_ranks_own_gpu(monkeypatch):
     from loadtune.engine.trial.harness import Watch
     from loadtune.engine.trial.memory import MemorySampler
     from loadtune.engine.trial.protocol import Kind, Message, apply
-    from loadtune.model.results import GPUUsage
+    from loadtune.model.trial import GPUUsage
 
     fake = types.ModuleType("pynvml")
     fake.nvmlInit = fake.nvmlShutdown = lambda: None

@@ -12,7 +12,8 @@ from loadtune.analysis.footprint import (copy_on_write, fresh_pages, fresh_share
 from loadtune.model.batch import BatchInfo
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.recommend import recommend
-from loadtune.model.results import Block, MemoryUsage, Trial, by_config
+from loadtune.model.results import by_config
+from loadtune.model.trial import Block, MemoryUsage, Trial
 
 MiB = 2**20
 

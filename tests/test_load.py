@@ -17,10 +17,12 @@ from loadtune.engine.distributed.agent import with_ranks
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.load import Proc, cpu_ticks, descendants, proc_table, quota_usage_file, read_usage
-from loadtune.engine.trial.measure import Timing
+from loadtune.engine.trial.setup import Timing
 from loadtune.engine.trial.protocol import RankSetup
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import LoadReading, ScanResult, Trial
+from loadtune.model.load import LoadReading
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Trial
 from loadtune.report.check import print_check
 from loadtune.report.scan import recommendation_panel
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 from conftest import SPECS
 
-from loadtune.engine.trial.measure import (Drained, LoaderOptions, Meter, SampleCounter, SizeTally, Timing, make_consumer, make_loader,
-                                           measure, ready_batches)
+from loadtune.engine.trial.measure import Drained, measure
+from loadtune.engine.trial.meter import Meter, SampleCounter, SizeTally, ready_batches
+from loadtune.engine.trial.setup import LoaderOptions, Timing, make_consumer, make_loader
 from loadtune.engine.trial.paired import back_to_level, freezable, freeze, frozen_turn, in_flight, resume, worker_pids
 from loadtune.model.config import TrialConfig
 from loadtune.engine.spec import from_objects, load_spec

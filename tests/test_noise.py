@@ -10,7 +10,8 @@ import statistics
 from loadtune.analysis.noise import clearly_faster, gain, long_run, run_noise, speeds_apart, tie_floor
 from loadtune.analysis.recommend import recommend
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Block, ConfigResult, MemoryUsage, Trial, by_config
+from loadtune.model.results import ConfigResult, by_config
+from loadtune.model.trial import Block, MemoryUsage, Trial
 
 BETWEEN = 0.05  # a run's level: 5% (log sd) around its config's long-run rate
 DRIFT = 0.04  # the machine's pace in a round, shared by every config measured in it
@@ -155,7 +156,7 @@ def test_the_caption_says_what_the_spread_learned_is_even_when_it_is_nothing():
 def allocator_runs(levels: list[float], fresh_share: float, rng: random.Random) -> list[Trial]:
     """Runs of a loader without workers at ``levels``, its main process faulting in ``fresh_share`` of
     each 19 MiB batch anew (``footprint.takes_fresh_pages`` from a tenth on)."""
-    from loadtune.model.results import BatchInfo
+    from loadtune.model.batch import BatchInfo
     trials = []
     for i, level in enumerate(levels):
         t = run(CONFIGS[0], level, rng, round_=i)

@@ -18,8 +18,9 @@ from loadtune.engine.trial.harness import run_trial
 from loadtune.model.batch import BatchInfo, BatchSizes
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CalibrationShape, PairedRound, turn_order
-from loadtune.model.results import Block, ScanResult, Trial
-from loadtune.engine.trial.measure import Timing
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Block, Trial
+from loadtune.engine.trial.setup import Timing
 
 CONFIG_W2, DEFAULTS_W0 = TrialConfig(32, 2), TrialConfig(32, 0)
 SHAPE = CalibrationShape(units=40, sleep_s=0.0, sample_numel=16, unit_s=1e-6, source="test")

@@ -17,7 +17,7 @@ from loadtune.engine.race import RaceRun, ending_note, race
 from loadtune.engine.trial.paired import race_orders
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
-from loadtune.model.results import Block, Trial
+from loadtune.model.trial import Block, Trial
 from loadtune.analysis.race import MAX_RACERS
 from loadtune.search.race import entrants
 
@@ -315,7 +315,7 @@ def test_a_screening_trial_times_six_blocks_at_most_after_half_the_warmup_only_w
     warm-up; without a race the screening's figures decide, and ``--blocks`` and ``--warmup`` hold.
     ``--min-blocks`` always holds."""
     from loadtune.engine.scan import SCREEN_BLOCKS, screening
-    from loadtune.engine.trial.measure import Timing
+    from loadtune.engine.trial.setup import Timing
     from loadtune.model.settings import ScanOptions
 
     request = quick_request(W2, Timing(warmup_s=1.0, block_s=0.5, blocks=10, max_s=60.0, min_blocks=3))

@@ -14,7 +14,8 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampl
 
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.recommend import MEMORY_GRAIN, baseline_for, cost, persistent_saving, recommend, snippet
-from loadtune.model.results import Block, MemoryUsage, Trial, TrialError, by_config
+from loadtune.model.results import by_config
+from loadtune.model.trial import Block, MemoryUsage, Trial, TrialError
 
 MiB = 2**20
 

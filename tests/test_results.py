@@ -1,5 +1,5 @@
-"""The scan result model and its JSON file (loadtune/model/results.py): saved whole or not at all,
-read back unchanged, and anything else refused with a clear error."""
+"""The scan result model and its JSON file (loadtune/model/results.py, trial.py, scanfile.py): saved
+whole or not at all, read back unchanged, and anything else refused with a clear error."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from loadtune.engine import machine
 from loadtune.model.config import Skip, TrialConfig
 from loadtune.analysis.recommend import recommend
 from loadtune.model.settings import ScanOptions, ScanSettings
-from loadtune.model.results import (SCHEMA, SCHEMA_VERSION, Block, MemoryUsage, Recommendation, ResultError, ScanResult, SpecInfo,
-                                    Trial, TrialError, check_writable)
+from loadtune.model.results import Recommendation, ScanResult, SpecInfo
+from loadtune.model.scanfile import SCHEMA, SCHEMA_VERSION, ResultError, check_writable
+from loadtune.model.trial import Block, MemoryUsage, Trial, TrialError
 
 
 @pytest.fixture(scope="module")
@@ -337,7 +338,9 @@ def everything_saved() -> ScanResult:
     from loadtune.model.batch import BatchInfo, BatchSizes
     from loadtune.model.machine import GPUInfo
     from loadtune.model.paired import CalibrationShape, PairedReference, PairedRound
-    from loadtune.model.results import GPUUsage, LoadReading, RankFigures, StageCost, StageCosts, TrialError
+    from loadtune.model.load import LoadReading
+    from loadtune.model.stages import StageCost, StageCosts
+    from loadtune.model.trial import GPUUsage, RankFigures, TrialError
 
     result = ScanResult.load(FIXTURES / "tiny_scan.json")
     result.machine.gpus = [GPUInfo(0, "H100", 80 * 2**30)]
@@ -357,7 +360,7 @@ def everything_saved() -> ScanResult:
 
 
 def fake_failed(config, error):
-    from loadtune.model.results import Trial
+    from loadtune.model.trial import Trial
 
     return Trial(config, "failed", error=error)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtune.engine.trial.measure import Timing
+from loadtune.engine.trial.setup import Timing
 from loadtune.model.config import TrialConfig
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.spec import SpecRef
@@ -156,7 +156,7 @@ def test_iterable_dataset_without_a_length_measures_with_workers(persistent):
 
 def test_one_table_records_a_loaders_messages_on_the_trial_and_a_ranks_on_its_figures():
     from loadtune.engine.trial.protocol import Kind, Message, apply
-    from loadtune.model.results import Block, GPUUsage, Trial
+    from loadtune.model.trial import Block, GPUUsage, Trial
 
     one, ranked = Trial(config=TrialConfig(8, 0), status="failed"), Trial(config=TrialConfig(8, 0), status="failed")
     for kind, payload in [("startup", 0.5), ("block", Block(80, 10, 1.0)), ("cpu", 0.3), ("memory", 123),
@@ -184,7 +184,7 @@ assert server in [p.pid for p in psutil.Process().children()], server
 from conftest import QUICK_TIMING, SPECS
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.measure import LoaderOptions
+from loadtune.engine.trial.setup import LoaderOptions
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 trial = run_trial(SpecRef(str(SPECS / "tiny.py")), TrialRequest(TrialConfig(8, 1, prefetch_factor=2), "cpu", QUICK_TIMING,

@@ -9,7 +9,7 @@ import loadtune
 import loadtune.analysis.recommend
 from loadtune.search.space import SearchSpace, build_grid
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Block, MemoryUsage, Trial
+from loadtune.model.trial import Block, MemoryUsage, Trial
 from loadtune.search.adaptive import AdaptiveSearch
 from loadtune.search.grid import GridSearch
 

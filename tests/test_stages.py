@@ -10,7 +10,7 @@ import pytest
 
 from loadtune.analysis.bound import COLLATION, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, BatchCosts, compute_bound
 from loadtune.analysis.footprint import GROWTH_NOISE, copy_on_write, trial_growth
-from loadtune.engine.trial.measure import Timing
+from loadtune.engine.trial.setup import Timing
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import by_config
 from loadtune.engine.trial.harness import run_trial

@@ -18,7 +18,8 @@ from loadtune.search.adaptive import AdaptiveSearch
 from loadtune.model.batch import BatchInfo
 from loadtune.engine.trial.transfer import batch_info
 from loadtune.engine.trial.transfer import batch_size_of, move_to, nbytes_of, tensors_of, unmoved_note
-from loadtune.engine.trial.measure import Consumer, LoaderOptions, Timing, measure
+from loadtune.engine.trial.measure import measure
+from loadtune.engine.trial.setup import Consumer, LoaderOptions, Timing
 from loadtune.engine.spec import from_objects
 from conftest import drive
 
@@ -98,7 +99,7 @@ def test_cheaper_strategy_wins_a_tie_and_snippet_says_how():
 
 
 def _ok(config):
-    from loadtune.model.results import Block, MemoryUsage, Trial
+    from loadtune.model.trial import Block, MemoryUsage, Trial
 
     return Trial(config, "ok", blocks=[Block(10, 1, 1.0)], memory=MemoryUsage(1, 1, "pss"))
 

@@ -12,7 +12,8 @@ from rich.console import Console
 
 from loadtune.analysis import verify as decide
 from loadtune.engine.spec import from_objects
-from loadtune.engine.trial.measure import LoaderOptions, Timing, build_meter
+from loadtune.engine.trial.meter import build_meter
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.verify import device, runner
 from loadtune.model.config import TrialConfig
 from loadtune.model.verify import NO_CUDA, Check, Verification

@@ -9,9 +9,11 @@ import torch
 from conftest import SPECS, run_cli
 from torch.utils.data import Dataset
 
-from loadtune.engine.trial.measure import LoaderOptions, Timing, measure
+from loadtune.engine.trial.measure import measure
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Block, ScanResult
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Block
 from loadtune.engine.options import OptionsError
 from loadtune.engine.plan import prepare
 from loadtune.engine.spec import from_objects

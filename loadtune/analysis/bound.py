@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from loadtune.model.results import ScanResult, StageCosts
+    from loadtune.model.results import ScanResult
+    from loadtune.model.stages import StageCosts
 
 DATASET_CPU = "dataset CPU work"
 IO_WAIT = "I/O wait"

@@ -15,7 +15,8 @@ import statistics
 from dataclasses import dataclass
 
 from loadtune.model.config import DEFAULT_PREFETCH, HEAP_TRIM, TrialConfig, heap_for
-from loadtune.model.results import ConfigResult, MemoryUsage, ScanResult, Trial
+from loadtune.model.results import ConfigResult, ScanResult
+from loadtune.model.trial import MemoryUsage, Trial
 
 MiB = 2**20
 GROWTH_NOISE = 16 * MiB  # growth below this is the sampling's and the allocator's noise, not a trend

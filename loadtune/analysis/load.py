@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import LoadReading, Trial
+from loadtune.model.load import LoadReading
+from loadtune.model.trial import Trial
 
 
 def resolution_s(reading: LoadReading) -> float:

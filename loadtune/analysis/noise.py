@@ -31,7 +31,8 @@ from loadtune.analysis.footprint import takes_fresh_pages
 from loadtune.analysis.stats import Ratio, indistinguishable, ratio
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import Estimate, median_stderr, t975
-from loadtune.model.results import ConfigResult, Trial
+from loadtune.model.results import ConfigResult
+from loadtune.model.trial import Trial
 
 Z975 = 1.96
 

@@ -30,7 +30,8 @@ from loadtune.analysis.noise import RunNoise, alone, long_run, run_noise
 from loadtune.analysis.stats import Ratio, ratio
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
-from loadtune.model.results import ConfigResult, Trial, by_config
+from loadtune.model.results import ConfigResult, by_config
+from loadtune.model.trial import Trial
 
 MIN_PAIRS = 3  # turn pairs before a ratio gets an interval: fewer give t(1), t(2) intervals that decide nothing
 PAIRS_PER_LEG = 3  # turn pairs a leg times: a fresh process every few pairs

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 
 from loadtune.analysis.footprint import over_limit, size_text
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig, transfer_cost
-from loadtune.model.results import ConfigResult, Recommendation, ScanResult, Trial, by_config
+from loadtune.model.results import ConfigResult, Recommendation, ScanResult, by_config
+from loadtune.model.trial import Trial
 from loadtune.model.settings import NOISE_FLOOR
 from loadtune.analysis.footprint import fault_regimes
 from loadtune.analysis.noise import alone, clearly_faster, gain, long_run, run_noise

@@ -44,7 +44,8 @@ from loadtune.version import __version__
 from loadtune.report.check import print_check
 from loadtune.report.compare import print_comparison
 from loadtune.report.scan import print_nodes, print_recommendation, print_report, reference_line
-from loadtune.model.results import ResultError, ScanResult, check_writable, write_atomic
+from loadtune.model.results import ScanResult
+from loadtune.model.scanfile import ResultError, check_writable, write_atomic
 from loadtune.engine.options import OptionsError
 from loadtune.engine.plan import prepare, resume_from
 from loadtune.engine.scan import execute

@@ -33,13 +33,14 @@ from loadtune.engine.plan import DEFAULT_BATCH_SIZE
 from loadtune.engine.revision import Tree, checked_out, given_tree, head_tree, relative_spec, resolve_ref, spec_at
 from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
 from loadtune.engine.trial.duet import BASE, HEAD, Checkout, Origins, SideEntry, run_in_turns, turns
-from loadtune.engine.trial.measure import LoaderOptions, scan_timing
+from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.engine.trial.paired import pairs_for
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.against import Against, DuetRound, Revision
 from loadtune.model.check import INCONCLUSIVE, NO_BASE, CheckResult
 from loadtune.model.config import TrialConfig, current_config
-from loadtune.model.results import ScanResult, Trial
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Trial
 from loadtune.model.settings import ScanOptions
 
 KNOB_FIELDS = {"multiprocessing_context": "start_method"}  # parse_knobs' names that TrialConfig spells otherwise

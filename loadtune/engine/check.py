@@ -22,7 +22,7 @@ from loadtune.engine.distributed.layout import DistributedError, setup_for
 from loadtune.engine.distributed.layout import validate as validate_layout
 from loadtune.engine.calibration import unit_seconds_isolated
 from loadtune.engine.machine import collect
-from loadtune.engine.trial.measure import LoaderOptions, scan_timing
+from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ScanResult
 from loadtune.engine.trial.protocol import TrialRequest
@@ -30,7 +30,7 @@ from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
 from loadtune.engine.trial.workload import StepWorkload, calibrate
 from loadtune.model.check import INCONCLUSIVE, CheckResult
 from loadtune.model.paired import PairedReference, PairedRound
-from loadtune.model.results import Trial
+from loadtune.model.trial import Trial
 from loadtune.engine.reference import paired_round, record_reference
 from loadtune.analysis.environment import environment_changes, spec_identity
 from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step, side_by_side_gain

@@ -32,7 +32,7 @@ from loadtune.engine.trial.duet import SideEntry, run_in_turns
 from loadtune.engine.trial.paired import race_orders
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Trial
+from loadtune.model.trial import Trial
 
 # of the scan's warm-up, per raced loader and per screening trial the race follows: its start-up backlog is
 # drained whatever this is

@@ -27,7 +27,8 @@ from loadtune.engine.trial.protocol import TrialRequest, TrialRun
 from loadtune.model.machine import MachineInfo
 from loadtune.model.config import TrialConfig, pytorch_default
 from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, CalibrationShape, PairedReference, PairedRound, turn_order
-from loadtune.model.results import ScanResult, Trial
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Trial
 
 DEFAULT_LENGTH = 10_000  # samples of the shaped calibration when the user's dataset has no length
 

@@ -26,11 +26,13 @@ from loadtune.engine.plan import Plan, prepare, races, resume_from
 from loadtune.engine.race import WARMUP_SHARE, RaceRun, ending_note, race, run_leg
 from loadtune.engine.reference import record_reference
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.measure import LoaderOptions, scan_timing
+from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.config import Skip, TrialConfig, pytorch_default
-from loadtune.model.results import ScanResult, Trial, check_writable
+from loadtune.model.results import ScanResult
+from loadtune.model.scanfile import check_writable
+from loadtune.model.trial import Trial
 from loadtune.model.settings import ScanOptions
 from loadtune.search.race import entrants, race_memory_limit
 

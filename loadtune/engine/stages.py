@@ -36,19 +36,11 @@ from loadtune.engine.loaders import start
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.cpu import process_cpu_s, runqueue_s, worker_pids
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.measure import (
-    LoaderOptions,
-    Timing,
-    TrialFailure,
-    device_sync,
-    make_consumer,
-    make_loader,
-    open_device,
-)
+from loadtune.engine.trial.setup import LoaderOptions, Timing, TrialFailure, device_sync, make_consumer, make_loader, open_device
 from loadtune.engine.trial.protocol import Kind, TrialRequest, TrialRun
 from loadtune.engine.trial.transfer import move_to, nbytes_of
 from loadtune.model.config import TrialConfig, transfer_for
-from loadtune.model.results import StageCost, StageCosts
+from loadtune.model.stages import StageCost, StageCosts
 
 MIN_UNITS = 5  # per phase, at least (a noise estimate needs a few)
 MAX_UNITS = 400  # per phase, at most: cheap stages end early, and the JSON stays small

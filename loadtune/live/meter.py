@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
-from loadtune.model.results import Block, Trial
+from loadtune.model.trial import Block, Trial
 
 MIN_BLOCK_BATCHES = 2
 MAX_BLOCK_BATCHES = 256

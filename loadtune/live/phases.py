@@ -32,7 +32,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from loadtune.engine.trial.measure import ready_batches
+from loadtune.engine.trial.meter import ready_batches
 from loadtune.engine.trial.paired import in_flight
 from loadtune.live.meter import Pending, Window, warmup_batches
 from loadtune.live.order import EpochOrder

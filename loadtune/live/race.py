@@ -22,7 +22,7 @@ from loadtune.analysis.race import PAIRS_PER_LEG
 from loadtune.engine.trial.paired import race_orders
 from loadtune.live.meter import Pending, whole_bursts
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Block, Trial
+from loadtune.model.trial import Block, Trial
 
 SETTLE_TURNS = 4  # a turn waits at most this many of its blocks' batches for the loader before it to settle
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from loadtune.model.results import Block
+from loadtune.model.trial import Block
 
 
 class Ranks:

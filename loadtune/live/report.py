@@ -12,7 +12,8 @@ from pathlib import Path
 
 from loadtune.analysis.recommend import snippet
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import ScanResult, Trial
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Trial
 from loadtune.live.tuner import wait_share
 
 

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field, fields
 from loadtune.analysis.race import RacePolicy
 from loadtune.analysis.recommend import recommend
 from loadtune.engine.plan import worker_cap
-from loadtune.engine.trial.measure import Timing
+from loadtune.engine.trial.setup import Timing
 from loadtune.live.race import Leg
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Recommendation, ScanResult, Trial
+from loadtune.model.results import Recommendation, ScanResult
+from loadtune.model.trial import Trial
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
 from loadtune.search.adaptive import AdaptiveSearch
 from loadtune.search.race import entrants, race_memory_limit

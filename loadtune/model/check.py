@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from loadtune.model.against import Against
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CalibrationShape, PairedRound
-from loadtune.model.results import Trial
+from loadtune.model.trial import Trial
 from loadtune.version import __version__
 
 

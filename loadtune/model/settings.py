@@ -21,7 +21,7 @@ OLDER_FILES = {"target_spread": 0.0, "reference_rounds": 0, "race_legs": 0}
 @dataclass
 class ScanOptions:
     """Every knob of a scan. Field names are also the keys of a spec's ``loadtune_options = {...}``.
-    Checked by ``engine.options.validate_options``; ``engine.trial.measure.scan_timing`` turns them into
+    Checked by ``engine.options.validate_options``; ``engine.trial.setup.scan_timing`` turns them into
     the timing of each trial."""
 
     batch_size: list[int] | None = None  # None: DEFAULT_BATCH_SIZE

@@ -13,7 +13,8 @@ from loadtune.model.against import Against
 from loadtune.model.check import INCONCLUSIVE, NO_BASE, NOTHING, PASS, REGRESSION, CheckResult
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
-from loadtune.model.results import Trial, write_atomic
+from loadtune.model.scanfile import write_atomic
+from loadtune.model.trial import Trial
 from loadtune.report.text import rate
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
-from loadtune.model.results import ConfigResult, ScanResult, check_writable
+from loadtune.model.results import ConfigResult, ScanResult
+from loadtune.model.scanfile import check_writable
 from loadtune.analysis.bound import scan_bound
 from loadtune.analysis.noise import RunNoise, long_run, run_noise
 

@@ -23,7 +23,8 @@ from loadtune.analysis.race import verdict as race_verdict
 from loadtune.model.config import TrialConfig
 from loadtune.model.against import Against, DuetRound
 from loadtune.model.paired import PairedRound
-from loadtune.model.results import ScanResult, Trial
+from loadtune.model.results import ScanResult
+from loadtune.model.trial import Trial
 from loadtune.report.check import duet_line, round_line
 from loadtune.report.text import rate, spread_text
 

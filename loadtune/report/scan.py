@@ -17,7 +17,8 @@ from loadtune.analysis import bound as bound_mod
 from loadtune.analysis import footprint
 from loadtune.analysis.load import load_summary
 from loadtune.analysis.recommend import best_with_workers, noise_floor_of, persistent_saving, snippet
-from loadtune.model.results import ConfigResult, ScanResult, StageCost
+from loadtune.model.results import ConfigResult, ScanResult
+from loadtune.model.stages import StageCost
 from loadtune.analysis.noise import (NOTHING_LEARNED, RunNoise, alone, gain, long_run, run_noise, spans_runs,
                                      speeds_apart)
 from loadtune.analysis.race import relative_to

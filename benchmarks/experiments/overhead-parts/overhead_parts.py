@@ -4,7 +4,7 @@ benchmarks/overhead.py compares whole trials with a bare loop, seconds apart; on
 the noise between two such runs is often larger than the 2% it is looking for. The two parts here
 alternate their A and B every half second or second, so drift cancels, and each isolates one cause:
 
-  loop     In one process, ``loadtune.engine.trial.measure.Meter.phase`` and a bare ``for batch in loader`` loop,
+  loop     In one process, ``loadtune.engine.trial.meter.Meter.phase`` and a bare ``for batch in loader`` loop,
            each over its own DataLoader of the same config, alternating 0.5 s phases. Nothing but
            the loop differs.
   sampler  A bare loop in a trial-like child (benchmarks/bare_loop.py, forkserver as trials use),
@@ -67,7 +67,8 @@ def bare_phase(loader, phase_s: float) -> float:
 def loop_part(name: str, pairs: int, phase_s: float) -> dict:
     import torch
 
-    from loadtune.engine.trial.measure import LoaderOptions, Meter, SampleCounter, device_sync, make_consumer, make_loader
+    from loadtune.engine.trial.meter import Meter, SampleCounter
+    from loadtune.engine.trial.setup import LoaderOptions, device_sync, make_consumer, make_loader
     from loadtune.model.config import TrialConfig
     from loadtune.engine.spec import load_spec
 

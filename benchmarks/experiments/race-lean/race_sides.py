@@ -26,7 +26,7 @@ from loadtune.engine.race import TURN_SHARE, leg_request
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.duet import run_in_turns
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.measure import LoaderOptions, scan_timing
+from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.engine.trial.paired import race_orders
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.settings import ScanOptions

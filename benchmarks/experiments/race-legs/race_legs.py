@@ -36,7 +36,7 @@ from loadtune.analysis.race import race_ratio
 from loadtune.engine.race import run_leg
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.measure import LoaderOptions, scan_timing
+from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.settings import ScanOptions

@@ -34,7 +34,7 @@ from race_neighbour import geomean
 
 from loadtune.engine.race import TURN_SHARE
 from loadtune.engine.spec import load_spec
-from loadtune.engine.trial.measure import LoaderOptions, scan_timing
+from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.engine.trial.paired import freeze, frozen_turn, open_meters
 from loadtune.model.settings import ScanOptions
 

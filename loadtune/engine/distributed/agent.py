@@ -36,7 +36,7 @@ from loadtune.engine.trial.protocol import (
     TrialRun,
     await_sample,
 )
-from loadtune.model.results import TrialError
+from loadtune.model.trial import TrialError
 
 SHUTDOWN_S = 5  # the agent's grace between SIGTERM and SIGKILL when it ends the ranks
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
 from loadtune.engine.trial.child import die_with_parent, error_for
-from loadtune.engine.trial.measure import Shard, measure
+from loadtune.engine.trial.measure import measure
+from loadtune.engine.trial.setup import Shard
 from loadtune.engine.trial.memory import tree_memory
 from loadtune.engine.trial.protocol import (
     Kind,
@@ -31,7 +32,7 @@ from loadtune.engine.trial.protocol import (
     TrialRequest,
     await_sample,
 )
-from loadtune.model.results import TrialError
+from loadtune.model.trial import TrialError
 
 ACK_WAIT_S = 30.0  # how long ranks hold their loaders alive for the runner's memory sample
 

@@ -21,9 +21,10 @@ from pathlib import Path
 from loadtune.engine.trial.allocator import keep_in_heap
 from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
 from loadtune.engine.trial.faults import diagnose
-from loadtune.engine.trial.measure import ConsumerError, TrialFailure, measure
+from loadtune.engine.trial.measure import measure
+from loadtune.engine.trial.setup import ConsumerError, TrialFailure
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, TrialRun
-from loadtune.model.results import TrialError
+from loadtune.model.trial import TrialError
 
 
 def die_with_parent() -> None:

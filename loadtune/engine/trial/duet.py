@@ -34,11 +34,13 @@ from pathlib import Path
 
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.harness import Ending, OnEvent, TrialProcess, settle
-from loadtune.engine.trial.measure import SizeTally, TrialFailure, batch_sizes, finish_trial
+from loadtune.engine.trial.measure import batch_sizes, finish_trial
+from loadtune.engine.trial.meter import SizeTally
+from loadtune.engine.trial.setup import TrialFailure
 from loadtune.engine.trial.paired import SETTLE_BLOCKS, freezable, freeze, frozen_turn, open_meters, timed_turn
 from loadtune.engine.trial.paired import settle as settle_workers
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, TrialRun
-from loadtune.model.results import Block, Trial, TrialError
+from loadtune.model.trial import Block, Trial, TrialError
 
 HEAD, BASE = "head", "base"
 VENDORED = ("site-packages", "dist-packages")  # installed packages: never the user's tree, wherever the environment lives
@@ -90,7 +92,7 @@ def module_origins(roots: tuple[str, ...]) -> dict[str, str]:
 class SideEntry:
     """The child's entry: say where the spec's modules came from (``roots``: the trees whose modules are
     reported; none for a race), build and warm up the loader, then time one block per ``Kind.TURN``
-    from the parent until it says stop (a TURN of None). ``whole_epochs``: as ``measure.build_meter``
+    from the parent until it says stop (a TURN of None). ``whole_epochs``: as ``meter.build_meter``
     (a race cuts its blocks by time, so that neighbouring blocks stay neighbours)."""
 
     roots: tuple[str, ...] = ()

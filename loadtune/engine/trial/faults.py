@@ -18,7 +18,7 @@ import traceback
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from loadtune.model.results import TrialError
+from loadtune.model.trial import TrialError
 
 WORKER_CAUGHT = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
 WORKER_SIGNAL = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.\n]+)")

@@ -14,7 +14,7 @@ import torch
 from loadtune.analysis import footprint
 from loadtune.model.batch import BatchInfo
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import GPUUsage
+from loadtune.model.trial import GPUUsage
 
 
 def identity(device: torch.device) -> dict:

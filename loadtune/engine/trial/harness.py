@@ -32,12 +32,13 @@ from loadtune.engine.trial.child import (
     exit_error,
     scratch_dir,
 )
-from loadtune.engine.trial.measure import TrialFailure
+from loadtune.engine.trial.setup import TrialFailure
 from loadtune.engine.trial.memory import MemorySampler
 from loadtune.engine.trial.nvml import UtilisationSampler
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, apply
 from loadtune.engine.trial.server import fork_server_context, main_module_hidden
-from loadtune.model.results import GPUUsage, LoadReading, Trial, TrialError
+from loadtune.model.load import LoadReading
+from loadtune.model.trial import GPUUsage, Trial, TrialError
 
 OnEvent = Callable[[Kind, Any], None]
 LOG_TAIL_CHARS = 2000

@@ -26,7 +26,7 @@ import psutil
 
 from loadtune.engine.machine import CGROUP_ROOT, cgroup_v2_dirs, parse_cfs, parse_cpu_max, usable_cores
 from loadtune.engine.trial.cpu import process_cpu_s
-from loadtune.model.results import LoadReading
+from loadtune.model.load import LoadReading
 
 PROC_STAT = Path("/proc/stat")
 OUTSIDE_WINDOW_S = 0.5  # how long ``outside_now`` watches: long next to a tick, short next to a scan

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from loadtune.model.results import MemoryUsage
+from loadtune.model.trial import MemoryUsage
 
 
 def process_memory(proc: psutil.Process) -> tuple[int, str] | None:

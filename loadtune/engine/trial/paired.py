@@ -31,21 +31,13 @@ from typing import Any
 import torch
 
 from loadtune.engine.spec import LoadedSpec
-from loadtune.engine.trial.measure import (
-    LoaderOptions,
-    Meter,
-    Timing,
-    build_meter,
-    finish_trial,
-    open_device,
-    queued_batches,
-    ready_batches,
-    warm_up,
-)
+from loadtune.engine.trial.measure import finish_trial, warm_up
+from loadtune.engine.trial.meter import Meter, build_meter, queued_batches, ready_batches
+from loadtune.engine.trial.setup import LoaderOptions, Timing, open_device
 from loadtune.engine.trial.transfer import batch_info
 from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.batch import BatchInfo
-from loadtune.model.results import Block
+from loadtune.model.trial import Block
 from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
 
@@ -75,7 +67,7 @@ def open_meters(loaders: Loaders, device: torch.device, timing: Timing, options:
                 whole_epochs: bool = True) -> tuple[dict[Hashable, Meter], dict[Hashable, BatchInfo]]:
     """Every loader built, started (``emit(role, "startup", s)``) and warmed up (``emit(role, "warmup",
     Block)``), one after the other, before any is timed; ``emit(role, "batch", BatchInfo)`` once each.
-    Returns the meters and each loader's first batch. ``whole_epochs``: as ``measure.build_meter``."""
+    Returns the meters and each loader's first batch. ``whole_epochs``: as ``meter.build_meter``."""
     if device.type == "cuda":
         open_device(device)
     meters = {role: build_meter(s, c, device, timing, options, workload, None, whole_epochs) for role, (s, c) in loaders.items()}

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from loadtune.engine.spec import LoadedSpec, SpecRef
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import GPUUsage, RankFigures, Trial, TrialError
+from loadtune.model.trial import GPUUsage, RankFigures, Trial, TrialError
 
 
 class Kind(StrEnum):

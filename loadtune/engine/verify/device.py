@@ -30,7 +30,8 @@ from loadtune.engine import doctor
 from loadtune.engine.bandwidth import MiB, pinned_peak
 from loadtune.engine.loaders import start
 from loadtune.engine.spec import from_objects
-from loadtune.engine.trial.measure import LoaderOptions, Meter, Timing, build_meter
+from loadtune.engine.trial.meter import Meter, build_meter
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.prefetch import CUDAPrefetcher
 from loadtune.engine.trial.transfer import move_to
 from loadtune.engine.trial.workload import StepWorkload, SyntheticStep, calibrate

@@ -27,11 +27,11 @@ from loadtune.engine import calibration
 from loadtune.engine.distributed.agent import with_ranks
 from loadtune.engine.distributed.layout import setup_for
 from loadtune.engine.trial.harness import kill_group, run_trial
-from loadtune.engine.trial.measure import LoaderOptions, Timing
+from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.verify.device import MARK
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import Trial
+from loadtune.model.trial import Trial
 from loadtune.model.verify import NO_CUDA, Check, Verification
 
 DEVICE_TIMEOUT_S = 150.0  # the GPU checks take well under a minute; a hang is cut here
