@@ -39,6 +39,13 @@ class CalibrationShape:
 CONFIG, CALIBRATION, DEFAULTS = "config", "calibration", "defaults"  # the loaders of a round
 
 
+def alternating(order: tuple, turns: int) -> list[tuple]:
+    """The turns of loaders measured side by side: ``order``, then its reverse, and so on, ``turns`` in
+    all. Over each pair of turns every loader sits at the same mean position, so drift linear over the
+    pair hits each alike: the race's turn pairs, a check's rounds and ``check --against``'s duets."""
+    return [order if i % 2 == 0 else order[::-1] for i in range(turns)]
+
+
 def turn_order(defaults: bool, config_first: bool) -> tuple[str, ...]:
     """The order in which a round's loaders take their turn (block by block, or as trials back to back).
     The config sits beside the calibration (the verdict's ratio) and, with PyTorch's defaults in the round,

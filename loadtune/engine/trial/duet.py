@@ -40,6 +40,7 @@ from loadtune.engine.trial.setup import TrialFailure
 from loadtune.engine.trial.paired import SETTLE_BLOCKS, freezable, freeze, frozen_turn, open_meters, timed_turn
 from loadtune.engine.trial.paired import settle as settle_workers
 from loadtune.engine.trial.protocol import Kind, Message, TrialRequest, TrialRun
+from loadtune.model.paired import alternating
 from loadtune.model.trial import Block, Trial, TrialError
 
 HEAD, BASE = "head", "base"
@@ -147,8 +148,7 @@ SIDE = "side"  # the one loader of a side's process
 
 def turns(first: str, pairs: int) -> list[tuple[str, str]]:
     """The order of a check's two sides in each turn: ``first`` first, then the reverse, and so on."""
-    order = (first, BASE if first == HEAD else HEAD)
-    return [order if i % 2 == 0 else order[::-1] for i in range(pairs)]
+    return alternating((first, BASE if first == HEAD else HEAD), pairs)
 
 
 Origins = dict[Hashable, dict[str, str]]  # side -> module -> file

@@ -39,7 +39,7 @@ from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.batch import BatchInfo
 from loadtune.model.trial import Block
 from loadtune.model.config import TrialConfig
-from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
+from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, alternating, turn_order
 
 MIN_PAIRS = 2  # turns per paired trial at least: one has no spread of its own
 KINDS = {CONFIG: "block", CALIBRATION: "calibration", DEFAULTS: "defaults"}  # the message each loader's blocks go out as
@@ -120,22 +120,20 @@ def measure_alternating(
             emit(KINDS[role], payload)
 
     meters, firsts = open_meters(loaders, device, timing, options, workload, deadline, relay)
-    orders = (turn_order(defaults is not None, (i % 2 == 0) == config_first) for i in range(pairs_for(timing)))
+    orders = iter(alternating(turn_order(defaults is not None, config_first), pairs_for(timing)))
     finish_trial(partial(take_turns, meters, loaders, orders, timing.block_s / 2, deadline, relay), device, config,
                  firsts[CONFIG], emit, measured)
     del meters  # with them the loaders: workers shut down inside the trial
 
 
 def race_orders(count: int, pairs: int, seed: int) -> Iterator[tuple[int, ...]]:
-    """The race's turns: a shuffled order of the ``count`` loaders, then its reverse, ``pairs`` times.
-    Over each pair every loader sits at the same mean position, so drift that is linear within the
-    pair's span hits every loader alike, and the pair's ratios are free of it."""
+    """The race's turns: a shuffled order of the ``count`` loaders, then its reverse (``alternating``),
+    ``pairs`` times, each pair shuffled afresh."""
     rng = random.Random(seed)
     for _ in range(pairs):
         order = list(range(count))
         rng.shuffle(order)
-        yield tuple(order)
-        yield tuple(reversed(order))
+        yield from alternating(tuple(order), 2)
 
 
 def timed_turn(meter: Meter, config: TrialConfig, block_s: float, deadline: float) -> Block:
