@@ -46,7 +46,7 @@ class ScanOptions:
     confirm: int = 1  # rounds in which the contenders are re-measured side by side (several ranks per trial; 0: none, and no race)
     # the race's legs at most (each a live process per contender, their blocks timed in turns): it races
     # until every ratio to the pick is within about ±5%, these legs or the budget are spent; 0: no race,
-    # the closing rounds of separate trials (docs/measuring.md#the-search)
+    # the closing rounds of separate trials (docs/measuring.md#the-race)
     race_legs: int = 6
     seed: int = 0  # trial order and shuffling
     step_ms: float | None = None  # a synthetic consumer step of about this many ms per batch (no spec step needed)

@@ -7,7 +7,7 @@ compared against) runs with its own folder as working directory and on ``sys.pat
 before its spec loads). The race's contenders could share one, but must not: a loader that forks its
 workers makes every page of its process copy-on-write, and a neighbour loading in that process (one
 without workers, above all) paid for those copies in its own blocks and read up to 3x slow
-(docs/measuring.md, "The race").
+(benchmarks/HISTORY.md; docs/measuring.md, "The race").
 
 After every side has warmed up, the parent tells them in turn to time one short block
 (``Kind.TURN``), in the order the caller gives (each turn the reverse of the one before, or
@@ -219,7 +219,7 @@ def tell(proc: TrialProcess, trial: Trial, ending: Ending, block_s: float | None
     tables of every process in the tree; a trial alone spreads that thinly over its blocks, but a
     side's short block took a sample whole, and only a side that keeps every core busy paid for it: on
     the CPU-bound archetype a leg read one worker against two at 0.524 (eight legs) where trials alone
-    read 0.51, and 0.514 with the samples between blocks (docs/measuring.md)."""
+    read 0.51, and 0.514 with the samples between blocks (benchmarks/HISTORY.md)."""
     if ending is not Ending.PAUSED:
         return ending
     try:

@@ -155,8 +155,8 @@ def back_to_level(meter: Meter) -> Callable[[], bool]:
     A block starts with nothing finished ahead, and its workers, restarted together, drift apart
     within it: one runs a batch ahead, and that batch, made inside the block, waited in the queue at
     its end to be taken untimed before the next block. Ended at the first whole burst past its time,
-    two workers' blocks on a CPU-bound dataset read 2-3% below the loader's rate alone (docs/measuring.md,
-    "The search"). Ended where it started, a block counts what its workers made in it."""
+    two workers' blocks on a CPU-bound dataset read 2-3% below the loader's rate alone (benchmarks/HISTORY.md).
+    Ended where it started, a block counts what its workers made in it."""
     level = ready_batches(meter.loader_iterator)  # None without workers (nothing can wait)
     if level is None:
         return lambda: True
@@ -182,7 +182,7 @@ def resume(meter: Meter, workers: int, deadline: float) -> None:
     the end of the backlog to the first batch past the block's time, a block held the workers' head
     start while the backlog was taken and one batch of its last burst for the time of all of it: on a
     CPU-bound dataset two workers read 12% slow against one, beside long runs of a plain DataLoader
-    (docs/measuring.md#the-search).
+    (benchmarks/HISTORY.md).
 
     Without workers nothing is ahead, but the first batch after a rest pays for the rest itself (caches
     a neighbour's workers filled, the turn's handshake), which a loop that never rests does not: that
@@ -206,7 +206,7 @@ def catch_up(meter: Meter, deadline: float) -> None:
     Taking a backlog is not instant: each batch comes through shared memory, and 64 workers' 256
     batches took longer than one batch takes a worker. Meanwhile the workers, handed new work as the
     backlog went, made more, and a block timed from there counted that head start: 64 workers waiting
-    on storage with 4 batches prefetched each read 1.5-1.7x their rate alone (docs/measuring.md)."""
+    on storage with 4 batches prefetched each read 1.5-1.7x their rate alone (benchmarks/HISTORY.md)."""
     iterator = meter.loader_iterator
     low, stalls = math.inf, 0
     while stalls < 2 and time.perf_counter() < deadline and (ready := ready_batches(iterator) or 0) > 0:
@@ -284,7 +284,7 @@ def frozen_turn(meter: Meter, config: TrialConfig, block_s: float, deadline: flo
     workers ran on (``timed_turn``, ``settle``), and what that left (half-made work no block counted, a
     worker a batch ahead) cannot arise: legs read no workers against two within 0.9-1.7% of their
     ratio alone, where settled turns read 2.5-2.6% off, and a leg of 64-worker loaders took 19 s
-    instead of 52 (docs/measuring.md, "The race")."""
+    instead of 52 (benchmarks/RESULTS.md, "Frozen turns")."""
     workers = max(1, config.num_workers)
     freeze(meter, stop=False)
     meter.mark = time.perf_counter()
