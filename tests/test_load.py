@@ -22,7 +22,7 @@ from loadtune.engine.trial.protocol import RankSetup
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import LoadReading, ScanResult, Trial
 from loadtune.report.check import print_check
-from loadtune.report.scan import recommendation_panel
+from loadtune.report.recommendation import recommendation_panel
 
 STAT = """cpu  900 0 300 5000 20 0 10 0 0 0
 cpu0 300 0 100 1000 5 0 5 0 0 0

@@ -43,7 +43,8 @@ from loadtune.report.progress import AnswerOnly, CheckProgress, scan_progress
 from loadtune.version import __version__
 from loadtune.report.check import print_check
 from loadtune.report.compare import print_comparison
-from loadtune.report.scan import print_nodes, print_recommendation, print_report, reference_line
+from loadtune.report.scan import print_recommendation, print_report, reference_line
+from loadtune.report.table import print_nodes
 from loadtune.model.results import ResultError, ScanResult, check_writable, write_atomic
 from loadtune.engine.options import OptionsError
 from loadtune.engine.plan import prepare, resume_from
