@@ -12,6 +12,7 @@ from loadtune.report.text import ms, rate
 
 
 def cost_row(name: str, cost: StageCost | None, per_batch: float | None, note: str = "") -> list | None:
+    """A stage's row: its cost per batch and spread; None for a stage this scan did not measure."""
     if cost is None or per_batch is None:
         return None
     spread = f"±{cost.rel_spread:.0%}" if cost.rel_spread < 0.995 else "noisy"
@@ -23,16 +24,29 @@ def diagnosis_table(result: ScanResult) -> Table | None:
     st, bound = result.stages, scan_bound(result)
     if st is None or bound is None:
         return None
-    c = bound_mod.BatchCosts.of(st)
-    b = st.batch_size
-    table = Table(title=f"Where the time goes (bs{b}: per batch, each stage measured alone)", title_justify="left",
+    table = Table(title=f"Where the time goes (bs{st.batch_size}: per batch, each stage measured alone)", title_justify="left",
                   header_style="bold", pad_edge=False)
     table.add_column("stage", ratio=1, min_width=14)
     table.add_column("per batch", justify="right", no_wrap=True)
     table.add_column("±", justify="right", no_wrap=True)
     table.add_column("note", ratio=2)
+    for row in stage_rows(st):
+        if row is not None:
+            table.add_row(*row)
+    table.add_section()
+    add_ceilings(table, bound)
+    table.caption = ("cap: samples/s that stage allows, ± from the costs' spread; ◀ the bound (the better of num_workers=0 "
+                     f"and the lowest cap with up to {bound.max_workers} workers)"
+                     + ("; = ties with it within the spread" if bound.ties else ""))
+    table.caption_justify = "left"
+    return table
+
+
+def stage_rows(st) -> list[list | None]:
+    """One row per stage of the profile ``st`` (None where it was not measured), in the order a batch meets them."""
+    c = bound_mod.BatchCosts.of(st)
     wait = c.fetch_wall - c.fetch_cpu
-    rows = [
+    return [
         cost_row(bound_mod.DATASET_CPU, st.fetch_cpu, c.fetch_cpu, f"{ms(st.fetch_cpu.mean)} CPU per sample, one thread"),
         cost_row(bound_mod.IO_WAIT, st.fetch_wall, wait, "dataset wall time less CPU (waiting, not computing)"),
         cost_row(bound_mod.COLLATION, st.collate, c.collate, ""),
@@ -45,10 +59,10 @@ def diagnosis_table(result: ScanResult) -> Table | None:
         cost_row(bound_mod.STEP, st.step or st.consumer, c.step if c.cuda else (c.consumer if st.consumer else None),
                  "the spec's step" + (" on the device" if c.cuda else "")),
     ]
-    for row in rows:
-        if row is not None:
-            table.add_row(*row)
-    table.add_section()
+
+
+def add_ceilings(table: Table, bound) -> None:
+    """The caps the stages set, lowest first: ◀ marks the bound, = a cap tied with it."""
     for ceiling in sorted(bound.ceilings, key=lambda x: x.rate):
         mark = " ◀" if ceiling == bound.ceiling else (" =" if ceiling in bound.ties else "")
         finite = ceiling.rate != float("inf")
@@ -56,11 +70,6 @@ def diagnosis_table(result: ScanResult) -> Table | None:
                       f"{rate(ceiling.rate)}/s" if finite else "-",
                       f"±{ceiling.rel_halfwidth:.0%}" if finite and ceiling.rel_halfwidth else "",
                       f"{ceiling.stage}: {ceiling.detail}")
-    table.caption = ("cap: samples/s that stage allows, ± from the costs' spread; ◀ the bound (the better of num_workers=0 "
-                     f"and the lowest cap with up to {bound.max_workers} workers)"
-                     + ("; = ties with it within the spread" if bound.ties else ""))
-    table.caption_justify = "left"
-    return table
 
 
 def bound_text(result: ScanResult) -> Text:
@@ -80,17 +89,30 @@ def bound_text(result: ScanResult) -> Text:
         out.append(tie.stage, style="bold")
         out.append(f" ({tie.name}: {rate(tie.rate)}/s) ties with it within that spread")
     out.append(pick_against_bound(result) + "\n")
+    out.append(busy_text(result))
+    out.append(move_text(bound))
+    return out
+
+
+def busy_text(result: ScanResult) -> str:
+    """How many cores the pick kept busy while timed: how much of the machine the bound's rate costs."""
     rec = result.recommendation
     pick = result.config_result(rec.config) if rec else None
-    if pick is not None and pick.busy_cores is not None:
-        out.append(f"While timed, this config kept {pick.busy_cores:.2f} of {result.machine.usable_cores} usable cores "
-                   "busy (its main process and workers).\n")
+    if pick is None or pick.busy_cores is None:
+        return ""
+    return (f"While timed, this config kept {pick.busy_cores:.2f} of {result.machine.usable_cores} usable cores "
+            "busy (its main process and workers).\n")
+
+
+def move_text(bound) -> str:
+    """What would move the bound: more workers for a loader waiting on I/O, else each bounding stage's advice."""
+    out = ""
     if bound.workers_needed and bound.stage == bound_mod.IO_WAIT:
-        out.append(f"About {bound.workers_needed} workers would lift the workers' cap to the next one; "
-                   f"this scan tried up to {bound.max_workers}.\n")
+        out += (f"About {bound.workers_needed} workers would lift the workers' cap to the next one; "
+                f"this scan tried up to {bound.max_workers}.\n")
     for stage in bound.stages:
         if bound_mod.ADVICE.get(stage):
-            out.append(f"To move it: {bound_mod.ADVICE[stage]}.\n")
+            out += f"To move it: {bound_mod.ADVICE[stage]}.\n"
     return out
 
 

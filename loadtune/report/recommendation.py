@@ -12,7 +12,7 @@ from rich.text import Text
 
 from loadtune.analysis import footprint
 from loadtune.analysis.load import load_summary
-from loadtune.analysis.noise import alone, long_run, run_noise
+from loadtune.analysis.noise import RunNoise, alone, long_run, run_noise
 from loadtune.analysis.recommend import noise_floor_of, persistent_saving, snippet
 from loadtune.model.results import ConfigResult, ScanResult
 from loadtune.report.diagnosis import bound_text
@@ -22,44 +22,70 @@ from loadtune.report.text import load_sentence, rate
 
 
 def recommendation_panel(result: ScanResult) -> Panel:
+    """The pick, what it gains and why, what bounds it, its memory, and the ``DataLoader(...)`` to paste;
+    without a pick, why there is none."""
     rec = result.recommendation
     if rec is None:
-        if footprint.all_over_limit(result):
-            return Panel(f"Every measured config exceeds the {footprint.size_text(footprint.memory_limit(result))} memory limit "
-                         "(--max-memory): raise it, or try fewer workers or a smaller batch size.",
-                         title="No recommendation", border_style="red")
-        return Panel("No config could be measured: see the failures above.", title="No recommendation", border_style="red")
+        return no_recommendation(result)
     pick = result.config_result(rec.config)
     noise = run_noise(result.configs)
-    est = long_run(pick, noise)
     lines = Text()
-    lines.append(result.label(rec.config), style="bold")
-    runs = sum(1 for t in alone(pick).trials if t.ok)
-    lines.append(f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} "
-                 + (f"(median of {est.n} blocks pooled from {runs} runs" if runs > 1 else f"(median of {est.n} blocks")
-                 + ("; ± for a long run)\n" if noise.learned else "; ± of the blocks)\n"))
-    lines.append(gain_text(result, rec, pick, noise))
-    lines.append(f"Why: {rec.reason}.\n")
-    lines.append(load_text(result))
-    n = ranks_of(result)
-    if n > 1 and pick.aggregate_rate:
-        lines.append(f"Per rank: num_workers={rec.config.num_workers} on each of {n} ranks ({rec.config.num_workers * n} "
-                     f"workers on the node); the slowest rank delivers {rate(pick.slowest_rank_rate)} samples/s, "
-                     f"all ranks together {rate(pick.aggregate_rate)} samples/s when none waits.\n")
-    lines.append(persistent_text(result, rec.config))
-    if len(rec.tied) > 1:
-        lines.append("Tied within the noise: " + ", ".join(result.label(c) for c in rec.tied if c != rec.config) + "\n")
-    lines.append(bound_text(result))
-    lines.append(memory_text(result, pick))
+    for piece in (pick_text(result, pick, noise), gain_text(result, rec, pick, noise), f"Why: {rec.reason}.\n",
+                  load_text(result), ranks_text(result, pick), persistent_text(result, rec.config), tied_text(result),
+                  bound_text(result), memory_text(result, pick)):
+        lines.append(piece)
     if result.state != "complete":
         lines.append(f"Partial scan ({result.state}): {len(result.trials)} trials finished.\n", style="yellow")
-    opts = result.settings.options
-    spec = result.spec
-    code = snippet(rec.config, opts.shuffle and not spec.iterable, opts.drop_last, spec.has_collate_fn,
+    code = Syntax(loader_code(result), "python", theme="ansi_dark", background_color="default")
+    return Panel(Group(lines, code), title="Recommendation", border_style="green")
+
+
+def no_recommendation(result: ScanResult) -> Panel:
+    """Why nothing is recommended: every config over ``--max-memory``, or none measured."""
+    if footprint.all_over_limit(result):
+        return Panel(f"Every measured config exceeds the {footprint.size_text(footprint.memory_limit(result))} memory limit "
+                     "(--max-memory): raise it, or try fewer workers or a smaller batch size.",
+                     title="No recommendation", border_style="red")
+    return Panel("No config could be measured: see the failures above.", title="No recommendation", border_style="red")
+
+
+def pick_text(result: ScanResult, pick: ConfigResult, noise: RunNoise) -> Text:
+    """The pick and its long-run rate, and what its ± covers."""
+    est = long_run(pick, noise)
+    runs = sum(1 for t in alone(pick).trials if t.ok)
+    return Text.assemble(
+        (result.label(pick.config), "bold"),
+        f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} "
+        + (f"(median of {est.n} blocks pooled from {runs} runs" if runs > 1 else f"(median of {est.n} blocks")
+        + ("; ± for a long run)\n" if noise.learned else "; ± of the blocks)\n"))
+
+
+def ranks_text(result: ScanResult, pick: ConfigResult) -> str:
+    """With several ranks per trial: the workers per rank and on the node, the slowest rank and the sum."""
+    n = ranks_of(result)
+    if n <= 1 or not pick.aggregate_rate:
+        return ""
+    workers = pick.config.num_workers
+    return (f"Per rank: num_workers={workers} on each of {n} ranks ({workers * n} "
+            f"workers on the node); the slowest rank delivers {rate(pick.slowest_rank_rate)} samples/s, "
+            f"all ranks together {rate(pick.aggregate_rate)} samples/s when none waits.\n")
+
+
+def tied_text(result: ScanResult) -> str:
+    """The configs the pick could not be told apart from."""
+    rec = result.recommendation
+    if len(rec.tied) <= 1:
+        return ""
+    return "Tied within the noise: " + ", ".join(result.label(c) for c in rec.tied if c != rec.config) + "\n"
+
+
+def loader_code(result: ScanResult) -> str:
+    """The ``DataLoader(...)`` call with the pick's settings and the scan's loader options."""
+    opts, spec = result.settings.options, result.spec
+    return snippet(result.recommendation.config, opts.shuffle and not spec.iterable, opts.drop_last, spec.has_collate_fn,
                    distributed=result.settings.distributed and not spec.iterable, loader=spec.loader,
                    loader_name=spec.loader_name, loader_args=tuple(spec.loader_args),
                    batch_size=not any(s.what == "batch_size" for s in result.skipped))
-    return Panel(Group(lines, Syntax(code, "python", theme="ansi_dark", background_color="default")), title="Recommendation", border_style="green")
 
 
 def load_text(result: ScanResult) -> Text:
@@ -102,22 +128,8 @@ def persistent_text(result: ScanResult, config) -> str:
 def memory_text(result: ScanResult, pick: ConfigResult) -> Text:
     """The panel's memory line for the pick, and what --max-memory left out."""
     out = Text()
-    mem = pick.memory
-    if mem is not None:
-        workers = pick.config.num_workers
-        parts = [f"Memory: {footprint.size_text(mem.peak_bytes)} at peak (main process"
-                 + (f" + {workers} worker{'s' if workers != 1 else ''}" if workers else "") + f", {mem.method.upper()})"]
-        grown = footprint.config_growth(pick)
-        if grown is not None:
-            parts.append(f"grew {footprint.size_text(grown.bytes)} during the trial" if grown.significant
-                         else "no growth beyond the noise during the trial")
-        if mem.shm_peak_bytes:
-            parts.append(f"/dev/shm up to {footprint.size_text(mem.shm_peak_bytes)}")
-        counted = any(t.gpu is not None and t.gpu.pinned_bytes for t in pick.trials)  # then the GPU line says it
-        if result.stages is not None and pick.config.pin_memory and not counted:
-            pinned = footprint.pinned_estimate(pick.config, result.stages.batch_bytes)
-            parts.append(f"pinned ≈ {footprint.size_text(pinned)} (estimate: batches in flight × batch bytes)")
-        out.append(", ".join(parts) + ".\n")
+    if pick.memory is not None:
+        out.append(", ".join(memory_parts(result, pick)) + ".\n")
     rec = result.recommendation
     if rec is not None and rec.excluded:
         over = [result.config_result(c) for c in rec.excluded]
@@ -125,3 +137,22 @@ def memory_text(result: ScanResult, pick: ConfigResult) -> Text:
             f"{c.config.label()} ({footprint.size_text(c.memory.peak_bytes)})" for c in over if c and c.memory) + ".\n",
             style="magenta")
     return out
+
+
+def memory_parts(result: ScanResult, pick: ConfigResult) -> list[str]:
+    """The pick's peak and how it was read, its growth, /dev/shm, and pinned memory where no GPU reading counted it."""
+    mem = pick.memory
+    workers = pick.config.num_workers
+    parts = [f"Memory: {footprint.size_text(mem.peak_bytes)} at peak (main process"
+             + (f" + {workers} worker{'s' if workers != 1 else ''}" if workers else "") + f", {mem.method.upper()})"]
+    grown = footprint.config_growth(pick)
+    if grown is not None:
+        parts.append(f"grew {footprint.size_text(grown.bytes)} during the trial" if grown.significant
+                     else "no growth beyond the noise during the trial")
+    if mem.shm_peak_bytes:
+        parts.append(f"/dev/shm up to {footprint.size_text(mem.shm_peak_bytes)}")
+    counted = any(t.gpu is not None and t.gpu.pinned_bytes for t in pick.trials)  # then the GPU line says it
+    if result.stages is not None and pick.config.pin_memory and not counted:
+        pinned = footprint.pinned_estimate(pick.config, result.stages.batch_bytes)
+        parts.append(f"pinned ≈ {footprint.size_text(pinned)} (estimate: batches in flight × batch bytes)")
+    return parts

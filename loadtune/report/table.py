@@ -60,32 +60,52 @@ def trial_table(result: ScanResult, rows: list[Row] | None = None, width: int | 
 
 
 def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Table:
+    """The table without the ``dropped`` columns; the optional ones only where the scan measured them."""
     rec = result.recommendation
     top = max((alone(c).estimate.median for c in result.configs if c.ok), default=0.0)  # bars relative to the whole scan
-    table = Table(title="DataLoader configs, fastest first", title_justify="left", header_style="bold", pad_edge=False)
-    table.add_column("#", justify="right", style="dim", no_wrap=True)
-    table.add_column("config", ratio=1, min_width=12)
-    table.add_column("samples/s", justify="right", no_wrap=True)
     relative = relative_to(result.trials, rec.config) if rec else {}
-    optional = {"race": bool(relative), "wait": has_consumer(result), "gbps": any(c.h2d_gbps is not None for c in result.configs)}
-    shown = [c for c in COLUMN_ORDER if c not in dropped and optional.get(c, True)]
-    for name in shown:
-        if name == "bar":
-            table.add_column("", no_wrap=True, width=BAR_WIDTH)  # relative bar
-        else:
-            table.add_column(COLUMN_HEADERS[name], justify="right", no_wrap=True)
-    table.add_column("status", no_wrap=True)
+    shown = shown_columns(result, bool(relative), dropped)
+    table = empty_table(shown)
     noise = run_noise(result.configs)
     varying = result.varying_batches
     for row in rows:
         cells = row_cells(row, rec, top, noise, result.settings.current, varying.label if varying else None)
         cells["race"] = race_cell(row, rec, relative)
         table.add_row(*[cells[name] for name in ("rank", "config", "rate", *shown, "status")])
+    table.caption = table_caption(result, noise, shown, dropped)
+    table.caption_justify = "left"
+    return table
+
+
+def shown_columns(result: ScanResult, raced: bool, dropped: list[str]) -> list[str]:
+    """The secondary columns shown, in order: not dropped, and with something to say in this scan."""
+    optional = {"race": raced, "wait": has_consumer(result), "gbps": any(c.h2d_gbps is not None for c in result.configs)}
+    return [c for c in COLUMN_ORDER if c not in dropped and optional.get(c, True)]
+
+
+def empty_table(shown: list[str]) -> Table:
+    """The titled table with its columns: rank, config and rate, the ``shown`` ones, status."""
+    table = Table(title="DataLoader configs, fastest first", title_justify="left", header_style="bold", pad_edge=False)
+    table.add_column("#", justify="right", style="dim", no_wrap=True)
+    table.add_column("config", ratio=1, min_width=12)
+    table.add_column("samples/s", justify="right", no_wrap=True)
+    for name in shown:
+        if name == "bar":
+            table.add_column("", no_wrap=True, width=BAR_WIDTH)  # relative bar
+        else:
+            table.add_column(COLUMN_HEADERS[name], justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    return table
+
+
+def table_caption(result: ScanResult, noise: RunNoise, shown: list[str], dropped: list[str]) -> str:
+    """The legend: what the marks and each shown column mean, in the order they matter."""
     spanning = [c.config.label() for c in result.configs if spans_runs(c)]
     parts = [spread_caption(noise, spanning) if key == "spread" else text
              for key, text in CAPTION_PARTS.items() if key not in dropped]
     if result.settings.current is not None:
         parts.insert(2, "current: your settings (--current)")
+    varying = result.varying_batches
     if varying is not None:
         parts.append(f"bs{varying.label}: the loader's own batches, of varying size: {varying.mean:.1f} samples on average "
                      f"over the batches timed ({varying.smallest}–{varying.largest})")
@@ -97,9 +117,7 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
     if "gbps" in shown:
         peak = f", pinned peak {result.h2d_peak_gbps:.1f}" if result.h2d_peak_gbps else ""
         parts.append(f"GB/s: batches copied to the GPU per second{peak}")
-    table.caption = " · ".join(parts)
-    table.caption_justify = "left"
-    return table
+    return " · ".join(parts)
 
 
 def race_cell(row: Row, rec, relative: dict) -> str:
