@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -301,27 +300,11 @@ def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool
 def print_node_summary(console: Console, result: ScanResult, opts: ScanOptions, store_hosted: bool) -> None:
     """Multi-node: every node sends its pick; node 0 prints one row per node."""
     try:
-        nodes = distributed.gather_nodes(opts.rdzv_endpoint, opts.nnodes, opts.node_rank,
-                                         node_summary(result, opts.node_rank), store_hosted)
+        nodes = distributed.gather_summaries(result, opts, store_hosted)
     except (RuntimeError, distributed.DistributedError) as exc:  # the store's timeout, or a bad endpoint
         raise fail(f"the per-node summary could not be gathered at {opts.rdzv_endpoint}: {exc}") from None
     if nodes is not None:
         print_nodes(console, nodes)
-
-
-def node_summary(result: ScanResult, node_rank: int) -> dict:
-    """One node's pick, for node 0's per-node table."""
-    rec = result.recommendation
-    pick = result.config_result(rec.config) if rec else None
-    return {
-        "node_rank": node_rank,
-        "host": socket.gethostname(),
-        "cores": result.machine.usable_cores,
-        "pick": rec.config.label() if rec else None,
-        "samples_per_s": pick.estimate.median if pick else None,
-        "sum_per_s": pick.aggregate_rate if pick else None,
-        "workers": rec.config.num_workers * pick.ranks if pick else None,
-    }
 
 
 @app.command()
