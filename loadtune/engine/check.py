@@ -153,7 +153,7 @@ def record(spec_target: Any, baseline: ScanResult, config: TrialConfig | None = 
            on_round: Callable[[int, PairedRound], None] | None = None) -> PairedReference:
     """The reference later checks compare with, measured here and now: the baseline's pick (or
     ``config``) in ``rounds`` paired rounds beside its shaped calibration, with the settings a check
-    uses. Returned, not saved: the caller puts it in the baseline once it holds enough rounds."""
+    uses. Returned, not saved: ``record_baseline`` puts it in the baseline once it holds enough rounds."""
     spec = load_spec(spec_target)
     check_scan(baseline, spec)
     config = config or baseline.recommendation.config
