@@ -28,7 +28,8 @@ from loadtune.analysis.against import (
     next_against_step,
     owner,
 )
-from loadtune.cli.app import app, knob_flags
+from loadtune.cli.app import app
+from loadtune.cli.check import knob_flags
 from loadtune.engine.trial.duet import BASE, HEAD, moved, turns
 from loadtune.model.against import Against, DuetRound, Revision
 from loadtune.model.check import INCONCLUSIVE, NO_BASE, NOTHING, PASS, REGRESSION, CheckResult

@@ -194,7 +194,7 @@ def test_the_bound_of_a_scan_takes_its_interval_from_the_costs_spread():
 def test_the_panel_names_ties_and_reads_the_pick_against_the_bounds_spread():
     from rich.console import Console
 
-    from loadtune.report.scan import bound_text
+    from loadtune.report.diagnosis import bound_text
 
     def panel(stages: StageCosts) -> str:
         console = Console(width=400, record=True)

@@ -26,11 +26,11 @@ def test_scan_end_to_end_table_snippet_and_json(tmp_path):
     assert "pin_memory=True" in text and "skipped" in text  # batches stay on the CPU: said, not silently dropped
 
     data = json.loads(out.read_text())
-    assert data["schema"] == "loadtune/scan" and data["schema_version"] == 1
+    assert data["schema"] == "loadtune/scan" and data["schema_version"] == 2
     assert data["state"] == "complete"
     assert data["machine"]["usable_cores"] >= 1
     assert data["spec"]["path"].endswith("tiny.py") and data["spec"]["length"] == 512
-    search = [t for t in data["trials"] if t["round"] == 0]  # later rounds re-measure tied contenders on purpose
+    search = [t for t in data["trials"] if t["round"] == 0 and not t["leg"]]  # the search's, not the race's legs
     assert len(search) == 2
     for trial in data["trials"]:  # the two race too (one config far ahead races the best other)
         assert trial["status"] == "ok" and all(b["samples"] > 0 and b["seconds"] > 0 for b in trial["blocks"])
@@ -155,7 +155,7 @@ def test_python_api_with_an_in_memory_dataset(tmp_path):
         warmup=0.1, block_time=0.05, blocks=2, json_path=tmp_path / "api.json",
     )
     assert isinstance(result, loadtune.ScanResult)
-    assert result.state == "complete" and len([t for t in result.ok_trials if t.round == 0]) == 2
+    assert result.state == "complete" and len([t for t in result.ok_trials if t.round == 0 and not t.raced]) == 2
     assert result.recommendation is not None
     assert ScanResult.load(tmp_path / "api.json").to_dict()["trials"] == result.to_dict()["trials"]
 

@@ -24,7 +24,7 @@ from loadtune.model.load import LoadReading
 from loadtune.model.results import ScanResult
 from loadtune.model.trial import Trial
 from loadtune.report.check import print_check
-from loadtune.report.scan import recommendation_panel
+from loadtune.report.recommendation import recommendation_panel
 
 STAT = """cpu  900 0 300 5000 20 0 10 0 0 0
 cpu0 300 0 100 1000 5 0 5 0 0 0

@@ -146,7 +146,7 @@ def test_without_a_paired_round_the_gain_comes_from_the_long_run_intervals():
 
 def test_the_caption_says_what_the_spread_learned_is_even_when_it_is_nothing():
     from loadtune.analysis.noise import RunNoise
-    from loadtune.report.scan import spread_caption
+    from loadtune.report.table import spread_caption
     assert "4.0% between runs" in spread_caption(RunNoise(0.04, 6, 0.001))
     assert "agreed within their blocks' own noise" in spread_caption(RunNoise(0.0, 6, 0.001))  # not "0.0%"
     assert "run-to-run noise unknown" in spread_caption(RunNoise(0.0, 0, 0.0))

@@ -2,6 +2,7 @@
 decisions as pure functions over seeded simulations (drift the loaders share, block noise, a 10%
 difference, identical configs), the legs' orchestration with simulated legs, then a real race."""
 
+import json
 import math
 import random
 from dataclasses import replace
@@ -440,7 +441,8 @@ def test_a_scan_of_large_batches_tries_and_reports_the_heap_setting(tmp_path):
     thresholds set, races it, and reports the setting with the config (no timing asserted)."""
     from loadtune.engine.scan import scan
     from loadtune.engine.trial.load import PROC_STAT
-    from loadtune.report.scan import recommendation_panel, trial_table
+    from loadtune.report.recommendation import recommendation_panel
+    from loadtune.report.table import trial_table
     from rich.console import Console
 
     if not PROC_STAT.exists():
@@ -491,3 +493,13 @@ def test_a_config_that_ran_in_two_states_of_its_allocator_is_not_the_leader():
     v = verdict(trials, FLOOR)
     assert v.leader == W2 and v.standing(W0).status == UNDECIDED and "allocator" in v.standing(W0).unsettled
     assert recommend(trials, FLOOR).config == W2
+
+
+def test_where_the_defaults_win_the_figure_against_workers_is_the_analysis_and_in_the_json():
+    trials = [fake_trial(W0, 1500.0), fake_trial(W2, 1000.0)] + race_trials({W0: 1500.0, W2: 1000.0}, legs=2, seed=4,
+                                                                           block_noise=0.02)
+    rec = recommend(trials, FLOOR)
+    assert rec.config == W0 == rec.baseline and rec.versus.config == W2 and rec.versus.pairs >= 6
+    assert rec.versus.low < rec.versus.value < rec.versus.high and rec.versus.value == pytest.approx(1.5, rel=0.05)
+    from loadtune.model.results import Recommendation
+    assert Recommendation.from_dict(json.loads(json.dumps(rec.to_dict()))).versus == rec.versus

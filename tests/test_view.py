@@ -9,7 +9,8 @@ from rich.console import Console
 from loadtune.model.config import Skip
 from loadtune.analysis.recommend import recommend
 from loadtune.report.text import STATUS_STYLES, spread_text, status_cell
-from loadtune.report.scan import print_recommendation, print_report, trial_table
+from loadtune.report.scan import print_recommendation, print_report
+from loadtune.report.table import trial_table
 from loadtune.model.results import ScanResult
 from loadtune.model.trial import Trial, TrialError
 from loadtune.analysis.view import Filters, ViewError, key_knobs, parse_statuses, rows, select

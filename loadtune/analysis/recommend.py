@@ -13,13 +13,13 @@ from dataclasses import dataclass, replace
 
 from loadtune.analysis.footprint import over_limit, size_text
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig, transfer_cost
-from loadtune.model.results import ConfigResult, Recommendation, ScanResult, by_config
+from loadtune.model.results import ConfigResult, Recommendation, ScanResult, Versus, by_config
 from loadtune.model.trial import Trial
 from loadtune.model.settings import NOISE_FLOOR
 from loadtune.analysis.footprint import fault_regimes
 from loadtune.analysis.noise import alone, clearly_faster, gain, long_run, run_noise
 from loadtune.analysis.comparison import SLOWER, TIED
-from loadtune.analysis.race import LEADER, RaceVerdict, close, race_ratio, run_range, unsettled
+from loadtune.analysis.race import LEADER, RaceVerdict, close, race_ratio, relative_to, run_range, unsettled
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.stats import indistinguishable
 
@@ -95,7 +95,7 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory:
     if raced is not None and len(raced.standings) >= 2:
         picked = race_pick(trials, configs, raced, excluded, max_memory, current, noise_floor)
         if picked is not None:
-            return picked
+            return with_versus(picked, trials, current)
     tied = contenders([c for c in configs if c not in excluded], noise_floor)
     if not tied:
         return None
@@ -106,7 +106,7 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory:
         pick = mine
     base = baseline_for(configs, pick.config.batch_size, current)
     speed = gain(pick, base, run_noise(configs)) if base else None
-    return Recommendation(
+    return with_versus(Recommendation(
         config=pick.config,
         best=best.config,
         tied=[t.config for t in tied],
@@ -118,7 +118,7 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory:
         excluded=[c.config for c in excluded],
         max_memory=max_memory,
         speedup_rounds=speed.rounds if speed else 0,
-    )
+    ), trials, current)
 
 
 def race_pick(trials: list[Trial], configs: list[ConfigResult], raced: RaceVerdict, excluded: list[ConfigResult],
@@ -170,6 +170,30 @@ def unsettled_gain(trials: list[Trial], by: dict[TrialConfig, ConfigResult], pic
     if why is None or seen is None or level is None:
         return None
     return why, level.median / seen[1], level.median / seen[0]
+
+
+def defaults_versus(trials: list[Trial], pick: TrialConfig) -> Versus | None:
+    """Where PyTorch's defaults are the pick, the pick against the best config with workers: the
+    fastest of them raced beside it (its ratio side by side, inverted), else the fastest measured (the
+    gain from closing rounds, or from figures taken apart); None when no config with workers was measured."""
+    raced = {c: r for c, r in relative_to(trials, pick).items() if c.num_workers}
+    if raced:
+        runner, r = max(raced.items(), key=lambda item: item[1].value)
+        return Versus(runner, 1 / r.value, 1 / r.high, 1 / r.low, pairs=r.pairs)
+    configs = by_config(trials)
+    picked = next((c for c in configs if c.config == pick), None)
+    runner_up = best_with_workers(configs)
+    times = gain(picked, runner_up, run_noise(configs)) if runner_up is not None and picked is not None else None
+    if times is None:
+        return None
+    return Versus(runner_up.config, times.ratio.value, times.ratio.low, times.ratio.high, rounds=times.rounds)
+
+
+def with_versus(rec: Recommendation, trials: list[Trial], current: str | None) -> Recommendation:
+    """``rec`` with ``versus`` where the defaults (not the user's settings) are the pick."""
+    if current is None and rec.baseline is not None and rec.baseline == rec.config:
+        return replace(rec, versus=defaults_versus(trials, rec.config))
+    return rec
 
 
 def race_reason(pick: ConfigResult, raced: RaceVerdict, tied: list[ConfigResult]) -> str:

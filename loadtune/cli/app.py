@@ -1,4 +1,5 @@
-"""The command line: a thin typer layer over ``loadtune.scan``.
+"""The command line: a thin typer layer over ``loadtune.scan``; this module holds the app and its
+``scan``, ``show`` and ``doctor`` commands, ``cli.check`` the ``check`` command, ``cli.common`` what they share.
 
 Exit codes: 0 done (check: passed), 1 check found a regression (doctor --verify: a check failed), 2 usage,
 spec or baseline error, 3 nothing could be measured (doctor --verify: no CUDA device), 4 check could not
@@ -9,60 +10,37 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
-import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.text import Text
 
-from loadtune.model.check import INCONCLUSIVE, NOTHING, REGRESSION
-from loadtune.report import ci
-from loadtune.engine.distributed import layout as distributed
-from loadtune.report import plot as plot_mod
-from loadtune.engine.check import (
-    DEFAULT_BUDGET_S,
-    REFERENCE_ROUNDS,
-    BaselineError,
-    explicit_config,
-    parse_tolerance,
-    record,
-    run_check,
-)
-from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS
 from loadtune.analysis.compare import compare, select_diffs
-from loadtune.model.config import PlanError, TrialConfig, parse_int_list, parse_knobs
-from loadtune.model.check import CheckResult
-from loadtune.engine.against import Base, check_against
-from loadtune.engine.revision import RevisionError
-from loadtune.cli.project import ProjectError, project_defaults
-from loadtune.report.progress import AnswerOnly, CheckProgress, scan_progress
-from loadtune.version import __version__
-from loadtune.report.check import print_check
-from loadtune.report.compare import print_comparison
-from loadtune.report.scan import print_nodes, print_recommendation, print_report, reference_line
-from loadtune.model.results import ScanResult
-from loadtune.model.scanfile import ResultError, check_writable, write_atomic
+from loadtune.analysis.view import filters_from, select
+from loadtune.cli.check import check
+from loadtune.cli.common import (EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_REGRESSION, PROJECT_KEYS, USER_ERRORS,
+                                 checked_outputs, fail, load_project, missing, output_format, write_json)
+from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.options import OptionsError
 from loadtune.engine.plan import prepare, resume_from
 from loadtune.engine.scan import execute
+from loadtune.model.config import parse_int_list
+from loadtune.model.results import ScanResult
+from loadtune.model.scanfile import check_writable, write_atomic
 from loadtune.model.settings import ScanOptions
-from loadtune.engine.spec import SpecError
-from loadtune.analysis.view import ViewError, filters_from, select
-
-EXIT_REGRESSION = 1
-EXIT_USAGE = 2
-EXIT_NOTHING_MEASURED = 3
-EXIT_INCONCLUSIVE = 4  # check: the interval straddles the tolerance, and the budget's rounds would not decide it
-EXIT_INTERRUPTED = 130
+from loadtune.report import plot as plot_mod
+from loadtune.report.compare import print_comparison
+from loadtune.report.progress import AnswerOnly, scan_progress
+from loadtune.report.scan import print_recommendation, print_report, reference_line
+from loadtune.report.table import print_nodes
+from loadtune.version import __version__
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure, don't guess: tune a PyTorch DataLoader.")
 
 
 def print_version(value: bool) -> None:
+    """``--version``, answered before any command runs."""
     if value:
         typer.echo(f"loadtune {__version__}")
         raise typer.Exit(0)
@@ -75,47 +53,9 @@ def _root(
     """loadtune: a throughput tuner for PyTorch DataLoaders."""
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    Console(stderr=True).print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
-    return typer.Exit(code)
-
-
 def int_list(text: Optional[str], name: str) -> Optional[list[int]]:
+    """A list flag such as ``--workers 0,2,4``; None when not given (``[tool.loadtune]`` may set it)."""
     return None if text is None else parse_int_list(text, name)
-
-
-PROJECT_KEYS = {"spec", "baseline", "json", "tolerance", "min_throughput"}
-
-
-def load_project() -> dict:
-    """``[tool.loadtune]`` of the nearest pyproject.toml (empty when there is none); unknown keys refused."""
-    table, path = project_defaults()
-    known = PROJECT_KEYS | {f.name for f in fields(ScanOptions)}
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise ProjectError(f"{path}: unknown key {unknown[0]!r} in [tool.loadtune]; known: {', '.join(sorted(known))}")
-    return table
-
-
-def missing(what: str, key: str):
-    raise OptionsError(f"no {what} given: pass it, or set {key} = ... under [tool.loadtune] in pyproject.toml")
-
-
-USER_ERRORS = (SpecError, OptionsError, PlanError, ResultError, ProjectError, BaselineError, ViewError, plot_mod.PlotError,
-               distributed.DistributedError, RevisionError)
-FORMATS = ("table", "json")
-
-
-def output_format(text: str) -> str:
-    if text not in FORMATS:
-        raise OptionsError(f"--format: expected table or json, got {text!r}")
-    return text
-
-
-def write_json(data: dict) -> None:
-    """The whole of stdout under ``--format json``: one JSON document, for a pipe."""
-    sys.stdout.write(json.dumps(data, indent=1) + "\n")
-    sys.stdout.flush()
 
 
 def save_plot(result: ScanResult, path: Path, console: Console) -> None:
@@ -125,13 +65,6 @@ def save_plot(result: ScanResult, path: Path, console: Console) -> None:
     except (plot_mod.PlotError, OSError) as exc:
         raise fail(f"{exc}" if isinstance(exc, plot_mod.PlotError) else f"--plot {path}: {exc.strerror or exc}") from None
     console.print(f"Plot written to {path}", style="dim")
-
-
-def tolerance_value(text) -> float:
-    try:
-        return parse_tolerance(text)
-    except ValueError as exc:
-        raise OptionsError(f"--tolerance: {exc}") from None
 
 
 @app.command()
@@ -222,17 +155,6 @@ def finish_scan(console: Console, opts: ScanOptions, result: ScanResult, json_pa
         save_plot(result, plot, console)
 
 
-def checked_outputs(format_: str, plot: Optional[Path]) -> bool:
-    """Refuse a bad ``--format`` or ``--plot`` before any work (no matplotlib costs no scan); True for JSON."""
-    try:
-        as_json = output_format(format_) == "json"
-        if plot is not None:
-            plot_mod.check_plot(plot)
-    except USER_ERRORS as exc:
-        raise fail(str(exc)) from None
-    return as_json
-
-
 def planned_scan(spec: Optional[str], flags: dict, json_path: Optional[Path], resume: bool):
     """The scan's plan from flags > ``[tool.loadtune]`` > the spec's defaults, and where it is saved.
     Under torchrun only local rank 0 scans: the others exit here."""
@@ -301,154 +223,14 @@ def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool
 def print_node_summary(console: Console, result: ScanResult, opts: ScanOptions, store_hosted: bool) -> None:
     """Multi-node: every node sends its pick; node 0 prints one row per node."""
     try:
-        nodes = distributed.gather_nodes(opts.rdzv_endpoint, opts.nnodes, opts.node_rank,
-                                         node_summary(result, opts.node_rank), store_hosted)
+        nodes = distributed.gather_summaries(result, opts, store_hosted)
     except (RuntimeError, distributed.DistributedError) as exc:  # the store's timeout, or a bad endpoint
         raise fail(f"the per-node summary could not be gathered at {opts.rdzv_endpoint}: {exc}") from None
     if nodes is not None:
         print_nodes(console, nodes)
 
 
-def node_summary(result: ScanResult, node_rank: int) -> dict:
-    """One node's pick, for node 0's per-node table."""
-    rec = result.recommendation
-    pick = result.config_result(rec.config) if rec else None
-    return {
-        "node_rank": node_rank,
-        "host": socket.gethostname(),
-        "cores": result.machine.usable_cores,
-        "pick": rec.config.label() if rec else None,
-        "samples_per_s": pick.estimate.median if pick else None,
-        "sum_per_s": pick.aggregate_rate if pick else None,
-        "workers": rec.config.num_workers * pick.ranks if pick else None,
-    }
-
-
-@app.command()
-def check(
-    spec: Optional[str] = typer.Argument(None, help="the spec file of the baseline's dataset (default: \\[tool.loadtune] spec)"),
-    baseline: Optional[Path] = typer.Option(None, help="a saved scan to compare with (default: \\[tool.loadtune] baseline, else loadtune.json)"),
-    tolerance: Optional[str] = typer.Option(None, help="slowdown allowed, beyond the noise, e.g. 10% (default: 10%)"),
-    min_throughput: Optional[float] = typer.Option(None, "--min-throughput", help="absolute floor in samples/s"),
-    workers: Optional[int] = typer.Option(None, help="check this num_workers instead of the baseline's pick"),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="check this batch size instead of the baseline's pick"),
-    prefetch: Optional[int] = typer.Option(None, help="check this prefetch_factor instead of the baseline's pick"),
-    pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="check this pin_memory instead of the baseline's pick"),
-    persistent: Optional[bool] = typer.Option(None, "--persistent/--no-persistent", help="check this persistent_workers instead"),
-    rounds: Optional[int] = typer.Option(None, help="paired rounds of the config and its shaped calibration, at least (2 to 60; "
-                                         "default 3); with --record, the reference's rounds (default 8)"),
-    record_: bool = typer.Option(False, "--record", help="record the reference later checks compare with, on this machine, into "
-                                 "the baseline file: run it from the code they compare against (no verdict)"),
-    budget: float = typer.Option(DEFAULT_BUDGET_S, help="seconds for the check, at most: more rounds are measured while "
-                                 "the verdict is inconclusive, another fits, and they could still decide it"),
-    junit_xml: Optional[Path] = typer.Option(None, "--junit-xml", help="write a JUnit XML report here"),
-    markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="write a Markdown summary here; appended when it is "
-                                                 "$GITHUB_STEP_SUMMARY (GitHub's job summary), else replaced"),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="write the full check result here"),
-    format_: str = typer.Option("table", "--format", help="table, or json: the check result on stdout (for a pipe), nothing else there"),
-    against: Optional[str] = typer.Option(None, "--against", help="a git revision (origin/main, a SHA): time the work tree's data code "
-                                          "in turns with that revision's, here and now; no baseline needed"),
-    against_dir: Optional[Path] = typer.Option(None, "--against-dir", help="an existing checkout of the base: time the work tree's "
-                                               "data code in turns with the code there"),
-    config_knobs: Optional[str] = typer.Option(None, "--config", help="with --against: the loader both sides run, e.g. num_workers=4,"
-                                               "batch_size=64 (default: --baseline's pick, else [tool.loadtune] current, else PyTorch's defaults)"),
-) -> None:
-    """Re-measure the baseline's recommended config (or time the work tree against another revision: --against);
-    exit 1 when loading got slower beyond tolerance and noise."""
-    as_json = checked_outputs(format_, None)
-    console = Console(stderr=as_json)  # under --format json, stdout holds the JSON alone
-    progress = CheckProgress(console)
-    try:
-        project = load_project()
-        spec = spec or project.get("spec") or missing("spec file", "spec")
-        baseline_path = baseline or Path(project.get("baseline", "loadtune.json"))
-        tol = tolerance_value(tolerance if tolerance is not None else project.get("tolerance", 0.10))
-        floor = min_throughput if min_throughput is not None else project.get("min_throughput")
-        for path in (junit_xml, markdown_path, json_path):
-            if path is not None:
-                check_writable(path)
-        if budget <= 0:
-            raise OptionsError(f"--budget must be a positive number of seconds, got {budget:g}")
-        if against is not None or against_dir is not None or config_knobs is not None:
-            knobs = knob_flags(config_knobs, num_workers=workers, batch_size=batch_size, prefetch_factor=prefetch, pin_memory=pin,
-                               persistent_workers=persistent)
-            outcome = run_against(progress, spec, project, record_, Base(against, against_dir), baseline, knobs, tol, floor,
-                                  rounds or 3, budget)
-        else:
-            saved = ScanResult.load(baseline_path)
-            config = explicit_config(saved, workers=workers, batch_size=batch_size, prefetch=prefetch, pin=pin, persistent=persistent)
-            if record_:
-                refuse_reports_when_recording(as_json, junit_xml, markdown_path, json_path)
-                run_record(console, progress, spec, saved, baseline_path, config, rounds or REFERENCE_ROUNDS)
-                return
-            if saved.reference is not None:
-                progress.starting(config or saved.reference.config, rounds or 3, budget, saved.reference.defaults is not None)
-            outcome = run_check(spec, saved, config, tol, floor, rounds or 3, budget, on_round=progress.round_finished)
-    except USER_ERRORS as exc:
-        raise fail(str(exc)) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    print_check(console, outcome, rounds=False)
-    write_check_reports(outcome, as_json, junit_xml, markdown_path, json_path)
-    raise typer.Exit(CHECK_EXIT_CODES.get(outcome.status, 0))
-
-
-def knob_flags(config: Optional[str], **flags) -> dict:
-    """``--config`` knobs with the knob flags over them (``model.config.parse_knobs``' names)."""
-    knobs = parse_knobs(config, "--config") if config is not None else {}
-    return knobs | {name: value for name, value in flags.items() if value is not None}
-
-
-def run_against(progress: CheckProgress, spec: str, project: dict, record_: bool, base: Base, baseline: Optional[Path],
-                knobs: dict, tolerance: float, floor: Optional[float], rounds: int, budget: float) -> CheckResult:
-    """``check --against``: the work tree and the base timed in turns, round by round; the baseline scan only
-    for its pick (when --baseline is given), the scan options of ``[tool.loadtune]`` for the timing."""
-    if record_:
-        raise OptionsError("--record stores a reference for checks against a baseline; --against needs none")
-    saved = ScanResult.load(baseline) if baseline is not None else None
-    options = {k: v for k, v in project.items() if k not in PROJECT_KEYS}
-    return check_against(spec, base, saved, knobs, options, tolerance, floor, rounds, budget,
-                         on_start=lambda config, against: progress.against_starting(config, against, rounds, budget),
-                         on_round=progress.duet_finished)
-
-
-def refuse_reports_when_recording(as_json: bool, *paths: Optional[Path]) -> None:
-    """``--record`` reaches no verdict: the reports that would carry one are refused, not left unwritten."""
-    if as_json or any(paths):
-        raise OptionsError("--record measures the reference and reaches no verdict: drop --format json, --junit-xml, "
-                           "--markdown and --json (run loadtune check after it for those)")
-
-
-def run_record(console: Console, progress: CheckProgress, spec: str, saved: ScanResult, path: Path,
-               config: Optional[TrialConfig], rounds: int) -> None:
-    """``check --record``: the reference measured round by round, saved in the baseline once it holds
-    enough rounds (a baseline is never left with a reference that cannot decide)."""
-    before = saved.reference
-    progress.recording(config or (saved.recommendation.config if saved.recommendation else None), rounds)
-    reference = record(spec, saved, config, rounds, on_round=progress.round_finished)
-    if reference.measured < MIN_BASELINE_ROUNDS:
-        raise fail(f"only {reference.measured} of {rounds} paired rounds were measured (see the rounds above): {path} is left as it was",
-                   EXIT_NOTHING_MEASURED)
-    saved.reference = reference
-    saved.save(path)
-    replaced = f"; it replaces the one recorded {before.recorded_at or 'by the scan'}" if before else ""
-    console.print(f"{reference_line(saved)}, saved in {path}{replaced}", highlight=False, soft_wrap=True)
-
-
-CHECK_EXIT_CODES = {NOTHING: EXIT_NOTHING_MEASURED, REGRESSION: EXIT_REGRESSION, INCONCLUSIVE: EXIT_INCONCLUSIVE}  # NO_BASE: 0
-
-
-def write_check_reports(outcome, as_json: bool, junit_xml: Optional[Path], markdown_path: Optional[Path],
-                        json_path: Optional[Path]) -> None:
-    """The check's result on stdout (``--format json``) and in the files CI systems read."""
-    if as_json:
-        write_json(outcome.to_dict())
-    if junit_xml:
-        write_atomic(junit_xml, ci.junit_xml(outcome))
-    if markdown_path:
-        ci.write_markdown(markdown_path, ci.markdown(outcome))
-    if json_path:
-        write_atomic(json_path, json.dumps(outcome.to_dict(), indent=1) + "\n")
+app.command()(check)  # registered after scan, before show: --help lists the commands in this order
 
 
 @app.command()

@@ -1,8 +1,8 @@
 """``loadtune check``: a CI gate that fails when loading got slower, and not when the machine did.
 
-``check --record`` measures the baseline scan's pick in paired rounds beside a calibration workload
-shaped like the dataset (``engine.reference``), on the machine that runs the checks, from the code
-they compare against, and saves the rounds in the baseline as its reference. A check measures the
+``check --record`` (``record_baseline``) measures the baseline scan's pick in paired rounds beside a
+calibration workload shaped like the dataset (``engine.reference``), on the machine that runs the
+checks, from the code they compare against, and saves the rounds in the baseline as its reference. A check measures the
 same rounds today, with the same loader settings, so another process's load or a slower machine moves
 both loaders of a round alike; the verdict compares the ratio of the two with the reference's
 (``analysis.verdict``), and measures more rounds while the interval is too wide to decide, up to a
@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from loadtune.engine import probe as probe_mod
@@ -151,7 +153,7 @@ def record(spec_target: Any, baseline: ScanResult, config: TrialConfig | None = 
            on_round: Callable[[int, PairedRound], None] | None = None) -> PairedReference:
     """The reference later checks compare with, measured here and now: the baseline's pick (or
     ``config``) in ``rounds`` paired rounds beside its shaped calibration, with the settings a check
-    uses. Returned, not saved: the caller puts it in the baseline once it holds enough rounds."""
+    uses. Returned, not saved: ``record_baseline`` puts it in the baseline once it holds enough rounds."""
     spec = load_spec(spec_target)
     check_scan(baseline, spec)
     config = config or baseline.recommendation.config
@@ -163,6 +165,43 @@ def record(spec_target: Any, baseline: ScanResult, config: TrialConfig | None = 
         raise BaselineError(f"the baseline has no per-sample costs of {config.label()} to shape the calibration with (no stage "
                             "profile at its batch size, no CPU reading of its trials): scan with the stage profile on")
     return reference
+
+
+class ReferenceIncomplete(RuntimeError):
+    """``record_baseline`` measured too few paired rounds for a reference that can decide a check: the
+    baseline file is left as it was (exit 3, as when nothing could be measured)."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What ``record_baseline`` saved: the baseline holding its new reference, the file, and the
+    reference it replaced (None when it had none)."""
+
+    baseline: ScanResult
+    path: Path
+    replaced: PairedReference | None
+
+
+def record_baseline(spec_target: Any, path: str | Path, config: TrialConfig | None = None, rounds: int = REFERENCE_ROUNDS,
+                    baseline: ScanResult | None = None, on_start: Callable[[TrialConfig | None, int], None] | None = None,
+                    on_round: Callable[[int, PairedRound], None] | None = None) -> Recorded:
+    """``check --record``: measure the reference (``record``) and write it into the baseline scan at
+    ``path``, atomically and only once it holds enough rounds to decide, so a baseline is never left
+    with a reference that cannot (``ReferenceIncomplete`` otherwise). ``baseline``: the scan at ``path``
+    when already loaded (it gets the reference); ``on_start(config, rounds)``: before any work, with the
+    config recorded (None for a baseline without a pick, which ``record`` then refuses)."""
+    path = Path(path)
+    baseline = ScanResult.load(path) if baseline is None else baseline
+    before = baseline.reference
+    if on_start:
+        on_start(config or (baseline.recommendation.config if baseline.recommendation else None), rounds)
+    reference = record(spec_target, baseline, config, rounds, on_round=on_round)
+    if reference.measured < MIN_BASELINE_ROUNDS:
+        raise ReferenceIncomplete(f"only {reference.measured} of {rounds} paired rounds were measured (see the rounds above): "
+                                  f"{path} is left as it was")
+    baseline.reference = reference
+    baseline.save(path)
+    return Recorded(baseline, path, before)
 
 
 def check_request(baseline: ScanResult, spec: LoadedSpec, config: TrialConfig) -> TrialRequest:

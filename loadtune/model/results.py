@@ -159,6 +159,24 @@ def by_config(trials: list[Trial]) -> list[ConfigResult]:
     return [ConfigResult(config, runs) for config, runs in groups.items()]
 
 
+@dataclass(frozen=True)
+class Versus:
+    """The pick against the best config with workers, where PyTorch's defaults are the pick: pick /
+    it, with its 95% interval, and what that rests on (turn pairs of the race, or closing rounds; neither:
+    figures measured at different times)."""
+
+    config: TrialConfig
+    value: float
+    low: float
+    high: float
+    pairs: int = 0
+    rounds: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Versus":
+        return from_known(cls, data, config=TrialConfig.from_dict(data["config"]))
+
+
 @dataclass
 class Recommendation:
     """The pick and the evidence for it."""
@@ -178,6 +196,7 @@ class Recommendation:
     # why the gain rests on a state the scan did not set (the baseline's allocator, say): speedup is then
     # None and speedup_low/high the range of its runs, not an interval
     gain_unsettled: str | None = None
+    versus: Versus | None = None  # where the defaults are the pick: against the best config with workers
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -189,6 +208,7 @@ class Recommendation:
             data[key] = TrialConfig.from_dict(data[key]) if data.get(key) else None
         data["tied"] = [TrialConfig.from_dict(c) for c in data.get("tied", [])]
         data["excluded"] = [TrialConfig.from_dict(c) for c in data.get("excluded", [])]
+        data["versus"] = Versus.from_dict(data["versus"]) if data.get("versus") else None
         return cls(**data)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.text import Text
 
@@ -13,7 +15,11 @@ from loadtune.model.settings import NOISE_FLOOR
 from loadtune.model.paired import PairedRound
 from loadtune.model.results import by_config
 from loadtune.report.ci import defaults_line, summary_line
+from loadtune.report.scan import reference_line
 from loadtune.report.text import load_sentence
+
+if TYPE_CHECKING:
+    from loadtune.engine.check import Recorded
 
 STYLES = {PASS: "bold green", REGRESSION: "bold red", NO_BASE: "bold"}
 
@@ -76,3 +82,10 @@ def print_check(console: Console, outcome: CheckResult, rounds: bool = True) -> 
                       "loaders of a block pair alike", style="yellow", highlight=False)
     style = STYLES.get(outcome.status, "bold yellow")
     console.print(Text(outcome.status.upper() + (": " + "; ".join(outcome.reasons) if outcome.reasons else ""), style=style))
+
+
+def print_recorded(console: Console, recorded: Recorded) -> None:
+    """``check --record``'s last line: the reference saved, in which file, and the one it replaced."""
+    before = recorded.replaced
+    replaced = f"; it replaces the one recorded {before.recorded_at or 'by the scan'}" if before else ""
+    console.print(f"{reference_line(recorded.baseline)}, saved in {recorded.path}{replaced}", highlight=False, soft_wrap=True)

@@ -6,7 +6,7 @@ training runs ranks on this node (``agent`` launches them, ``rank`` is what each
 module decides the launch: ``setup_for`` turns the options into a ``RankSetup`` (forked ranks on the
 CPU, fresh interpreters with one GPU each on CUDA), ``validate`` refuses impossible layouts before any
 work, and ``adopt_launcher`` takes the layout from torchrun when loadtune runs under it. Multi-node:
-each node tunes its own ranks (its shards sized for the whole job); ``gather_nodes`` brings the
+each node tunes its own ranks (its shards sized for the whole job); ``gather_summaries`` brings the
 nodes' picks to node 0 for one per-node summary.
 """
 
@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from loadtune.analysis.nodes import node_summary
 from loadtune.engine.trial.protocol import RankSetup
+from loadtune.model.results import ScanResult
+from loadtune.model.settings import ScanOptions
 
 LAUNCHER_VARS = (
     "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
@@ -187,3 +191,10 @@ def gather_nodes(endpoint: str, nnodes: int, node_rank: int, summary: dict, host
     store.set("loadtune/all-read", "1")
     store.wait([f"loadtune/bye{r}" for r in range(1, nnodes)])
     return out
+
+
+def gather_summaries(result: ScanResult, options: ScanOptions, hosted: bool = False) -> list[dict] | None:
+    """Multi-node: this node's pick (``analysis.nodes.node_summary``, named by this host) sent to node 0
+    at ``options.rdzv_endpoint``; node 0 gets every node's by node rank, the others None."""
+    summary = node_summary(result, options.node_rank, socket.gethostname())
+    return gather_nodes(options.rdzv_endpoint, options.nnodes, options.node_rank, summary, hosted)

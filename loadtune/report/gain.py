@@ -1,0 +1,82 @@
+"""The panel's line on what the pick gains: over ``--current``, over PyTorch's defaults, or why the
+defaults win. The figures are the analysis's (``Recommendation.speedup``, ``versus``); this says them."""
+
+from __future__ import annotations
+
+from loadtune.analysis.noise import RunNoise, alone, speeds_apart
+from loadtune.analysis.recommend import defaults_versus
+from loadtune.model.results import ConfigResult, ScanResult
+from loadtune.report.text import rate
+
+
+def gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
+    """The panel's line on what the pick gains: over the user's own settings (``--current``), else
+    over PyTorch's defaults, or why the defaults themselves win."""
+    if result.settings.current is not None:
+        return current_text(result, rec, noise)
+    if rec.speedup is not None and rec.baseline != rec.config:
+        defaults = result.config_result(rec.baseline)
+        base = alone(defaults).estimate
+        return (f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
+                f"at batch size {rec.baseline.batch_size}), {speedup_how(rec)}, 95% interval {rec.speedup_low:.2f}×–"
+                + (f"{rec.speedup_high:.2f}×" if rec.speedup_high is not None else "unbounded")
+                + two_speeds(defaults, "PyTorch's defaults", noise) + "\n")
+    if rec.gain_unsettled and rec.baseline not in (None, rec.config):
+        return unsettled_text(rec, "PyTorch's defaults")
+    if rec.baseline != rec.config:
+        return "PyTorch's defaults were not measured at this batch size.\n"
+    versus = rec.versus or defaults_versus(result.trials, rec.config)  # files written before it was recorded
+    if versus is None:
+        return "PyTorch's defaults (num_workers=0) are the only config measured.\n"
+    if versus.pairs:
+        side = f", side by side in the race ({versus.pairs} turn pairs)"
+    else:
+        side = f", side by side in {versus.rounds} round{'s' if versus.rounds != 1 else ''}" if versus.rounds else ""
+    return (f"PyTorch's defaults (num_workers=0) win: {versus.value:.2f}× the best config with workers "
+            f"({result.label(versus.config)}{side}, 95% interval {versus.low:.2f}×–{versus.high:.2f}×); "
+            "handing samples between processes costs more than producing them here.\n")
+
+
+def unsettled_text(rec, who: str) -> str:
+    """The gain over a baseline whose speed followed a state the scan did not set: the range its runs
+    span, said to be one, with the cause; no single figure and no interval."""
+    return (f"Between {rec.speedup_low:.2f}× and {rec.speedup_high:.2f}× {who}: a range, not an interval, since "
+            f"{rec.gain_unsettled}; their speed follows a state the scan did not set (see the notes).\n")
+
+
+def current_text(result: ScanResult, rec, noise: RunNoise) -> str:
+    """The panel's line against the user's own settings (``--current``): the gain over them, measured
+    as the gain over PyTorch's defaults is, or "keep what you have"."""
+    mine = next((c for c in result.configs if c.config.key == result.settings.current), None)
+    if mine is None or not mine.ok:
+        return "Your current settings could not be measured (see their row): no gain over them is stated.\n"
+    label = mine.config.label()
+    if rec.config == mine.config:
+        return (f"Keep what you have: your current settings ({label}) are as fast as any config measured, "
+                "within the noise.\n")
+    if rec.gain_unsettled:
+        return unsettled_text(rec, f"your current settings ({label})")
+    if rec.speedup is None:
+        return f"Your current settings: {label}.\n"
+    how = speedup_how(rec)
+    return (f"{rec.speedup:.2f}× your current settings ({label}: {rate(alone(mine).estimate.median)} samples/s), {how}, "
+            f"95% interval {rec.speedup_low:.2f}×–" + (f"{rec.speedup_high:.2f}×" if rec.speedup_high is not None else "unbounded")
+            + two_speeds(mine, "Your current settings", noise) + "\n")
+
+
+def speedup_how(rec) -> str:
+    """How the gain was measured: side by side in closing rounds, or from trials taken apart."""
+    if rec.speedup_pairs:
+        return f"measured side by side in the race ({rec.speedup_pairs} turn pairs)"
+    return (f"measured side by side in {rec.speedup_rounds} round{'s' if rec.speedup_rounds != 1 else ''}"
+            if rec.speedup_rounds else "from figures measured at different times")
+
+
+def two_speeds(config: ConfigResult, who: str, noise: RunNoise) -> str:
+    """A sentence where the config the gain is over ran at separate speeds by its allocator's state
+    (``noise.speeds_apart``): the gain is the race's, at the speed its legs had."""
+    apart = speeds_apart(config, noise)
+    if apart is None:
+        return ""
+    return (f". {who} ran at {rate(apart[0])}–{rate(apart[1])} samples/s in this scan's runs: their speed rests on "
+            "their allocator's state (see the notes), and so does the gain over them")
