@@ -97,8 +97,8 @@ def scan(
     confirm: Optional[int] = typer.Option(
         None, help="rounds re-measuring the contenders side by side with several ranks; 0: none, and no race (default: 1)"),
     race_legs: Optional[int] = typer.Option(
-        None, "--race-legs", help="race the contenders side by side until their ratios to the pick are within about ±5%, up to N legs, fresh processes each (default: 6); "
-                                  "0: no race, closing rounds of separate trials instead"),
+        None, "--race-legs", help="race the contenders side by side until their ratios to the pick are within about ±5%, "
+                                  "up to N legs, fresh processes each (default: 6); 0: no race, closing rounds of separate trials instead"),
     timeout: Optional[float] = typer.Option(None, help="hard limit per trial in seconds (default: 120)"),
     seed: Optional[int] = typer.Option(None, help="seed of the trial order and of shuffling (default: 0)"),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help="do not recommend configs whose measured peak host memory exceeds this, "
