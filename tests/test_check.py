@@ -38,9 +38,9 @@ def assert_reference(data, rounds=8):
     assert reference["recorded_at"] and reference["machine"]["usable_cores"] >= 1
     # PyTorch's defaults take their turn in every round, unless the config is them
     pick = reference["config"]
-    defaults = None if pick["num_workers"] == 0 else {"batch_size": pick["batch_size"], "num_workers": 0, "pin_memory": False,
-                                                      "prefetch_factor": None, "persistent_workers": False, "transfer": "none",
-                                                      "in_order": True, "start_method": None}
+    defaults = None if pick["num_workers"] == 0 and not pick["heap"] else {
+        "batch_size": pick["batch_size"], "num_workers": 0, "pin_memory": False, "prefetch_factor": None,
+        "persistent_workers": False, "transfer": "none", "in_order": True, "start_method": None, "heap": None}
     assert reference["defaults"] == defaults
     assert all(bool(r["default_rate"]) == bool(defaults) for r in reference["rounds"])
 

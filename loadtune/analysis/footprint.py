@@ -14,7 +14,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from loadtune.model.config import DEFAULT_PREFETCH, HEAP_TRIM, TrialConfig, heap_for
+from loadtune.model.config import DEFAULT_PREFETCH, HEAP_MIN_BATCH, HEAP_TRIM, TrialConfig, heap_for
 from loadtune.model.results import ConfigResult, ScanResult
 from loadtune.model.trial import MemoryUsage, Trial
 
@@ -138,15 +138,18 @@ def fresh_share(config: ConfigResult) -> float | None:
 
 
 def takes_fresh_pages(config: ConfigResult) -> bool:
-    """Its main process faulted in at least ``FRESH_SHARE`` of every batch anew: its speed rests on the
-    allocator's state too."""
+    """Its main process faulted in at least ``FRESH_SHARE`` of every batch anew, a batch glibc could map
+    (``HEAP_MIN_BATCH`` or more): its speed rests on the allocator's state too."""
     share = fresh_share(config)
-    return config.ok and share is not None and share >= FRESH_SHARE
+    big = config.batch is not None and config.batch.nbytes >= HEAP_MIN_BATCH
+    return config.ok and big and share is not None and share >= FRESH_SHARE
 
 
 def fault_regimes(config: ConfigResult) -> bool:
     """Some of its runs took each batch's pages fresh (``FRESH_SHARE`` or more) and others did not (under
     half that): it ran in two states of its allocator, which no knob of the scan set."""
+    if config.batch is None or config.batch.nbytes < HEAP_MIN_BATCH:
+        return False
     shares = [s for t in config.trials if t.ok and (s := fresh_share(ConfigResult(config.config, [t]))) is not None]
     return any(s >= FRESH_SHARE for s in shares) and any(s < FRESH_SHARE / 2 for s in shares)
 

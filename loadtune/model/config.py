@@ -18,6 +18,9 @@ TRANSFERS = ("none", "sync", "non_blocking", "stream")
 DEVICE_TRANSFERS = ("sync", "non_blocking", "stream")  # searched when batches go to a CUDA device
 DEFAULT_PREFETCH = 2  # PyTorch's default prefetch_factor when num_workers > 0
 HEAP_TRIM = 4  # glibc's trim threshold, in mmap thresholds: a few freed batches stay in the heap
+# glibc's default mmap threshold: a smaller batch comes from the heap whatever the settings, and the pages
+# such a loader faults in are its other allocations', not its batches'
+HEAP_MIN_BATCH = 128 * 1024
 
 
 def heap_for(batch_bytes: int) -> int:
