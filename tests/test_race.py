@@ -277,9 +277,13 @@ def test_the_race_stops_once_decided_but_not_before_every_config_ran_two_legs():
     how = race(trials, [W4, W2, W1], RacePolicy(FLOOR, 5), run)
     assert how == "decided" or (how == "legs" and len(legs) == 5)  # decided, then raced to a precision
     assert legs[:MIN_LEGS] == [[W4, W2, W1]] * MIN_LEGS and verdict(trials, FLOOR).decided
-    # then the leader with those whose interval to it is wider than WIDE, until none is or the legs are spent
+    # then the leader with those whose interval to it is wider than WIDE, until none is that the legs left
+    # could bring within it, or the legs are spent
     assert all(leg[0] == W4 for leg in legs[MIN_LEGS:])
-    assert len(legs) == 5 or not any(s.ratio.halfwidth > WIDE for s in verdict(trials, FLOOR).standings if s.ratio is not None)
+    left = 5 - len(legs)
+    for s in verdict(trials, FLOOR).standings:
+        if s.ratio is not None and s.ratio.halfwidth > WIDE:
+            assert left == 0 or legs_to(s.ratio, WIDE, PAIRS_PER_LEG) is None or legs_to(s.ratio, WIDE, PAIRS_PER_LEG) > left
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0}, seed=0)
     race(trials, [W4, W2], RacePolicy(FLOOR, 1), run)
     assert len(legs) == 1
@@ -503,3 +507,17 @@ def test_where_the_defaults_win_the_figure_against_workers_is_the_analysis_and_i
     assert rec.versus.low < rec.versus.value < rec.versus.high and rec.versus.value == pytest.approx(1.5, rel=0.05)
     from loadtune.model.results import Recommendation
     assert Recommendation.from_dict(json.loads(json.dumps(rec.to_dict()))).versus == rec.versus
+
+
+def test_a_loader_without_workers_is_tried_with_the_heap_kept_where_glibc_could_map_its_batches():
+    from loadtune.model.batch import BatchInfo
+    from loadtune.search.allocator import heap_trials
+    result = empty_result()
+    big, small, workers = fake_trial(W0, 500.0), fake_trial(replace(W0, batch_size=8), 900.0), fake_trial(W2, 800.0)
+    big.batch, small.batch, workers.batch = BatchInfo(19 * 2**20), BatchInfo(2048), BatchInfo(19 * 2**20)
+    result.trials = [big, small, workers]
+    wanted = [p.config for p in heap_trials(result)]
+    assert wanted == [replace(W0, heap=64 * 2**20)]  # its run took no fresh pages: the next process may
+    assert wanted[0].environment == {"MALLOC_MMAP_THRESHOLD_": str(64 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(256 * 2**20)}
+    result.trials.append(fake_trial(wanted[0], 520.0))
+    assert heap_trials(result) == []

@@ -240,18 +240,21 @@ def legs_to(ratio: Comparison, wide: float, pairs: int) -> int | None:
 
 
 def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None, pairs: int = 0,
-             pick: TrialConfig | None = None, to_pick: dict[TrialConfig, Comparison] | None = None) -> list[TrialConfig]:
+             pick: TrialConfig | None = None, to_pick: dict[TrialConfig, Comparison] | None = None,
+             legs_left: int | None = None) -> list[TrialConfig]:
     """Who races on: the leader and the undecided, and the pick with every config whose ratio to it is
     wider than ``wide`` (a verdict may stand, but the figure the table prints beside it is not yet
     precise enough to act on); nobody when none of them is left. ``pick`` is the leader unless given,
     ``to_pick`` each other raced config's ratio to it (``relative_to``). With ``floor`` and ``pairs`` (a
     leg's turn pairs), an undecided config that one more leg could not decide (``could_decide``) rests
-    unless its ratio to the pick is wide."""
+    unless its ratio to the pick is wide; with ``legs_left``, a wide ratio that the legs left could not
+    bring within ``wide`` (``legs_to``) rests too: racing on would spend them and still fall short."""
     pick = pick or v.leader
     if to_pick is None:
         to_pick = {s.config: s.ratio for s in v.standings if s.ratio is not None}
     apart = {s.config for s in v.standings if s.unsettled}  # their intervals are not what more legs narrow
-    loose = {c for c, r in to_pick.items() if c != pick and c not in apart and r.halfwidth > wide}
+    loose = {c for c, r in to_pick.items() if c != pick and c not in apart and r.halfwidth > wide
+             and (legs_left is None or (pairs > 0 and (more := legs_to(r, wide, pairs)) is not None and more <= legs_left))}
 
     def races_on(s: Standing) -> bool:
         if s.unsettled:  # another leg in a state the scan did not set settles nothing
@@ -321,7 +324,8 @@ class RacePolicy:
         if self.legs_run(trials) < min(self.min_legs, self.max_legs):
             return raced
         pick = pick if pick in raced else current.leader
-        return next_leg(current, self.wide, self.floor, self.pairs_per_leg, pick, relative_to(trials, pick))
+        return next_leg(current, self.wide, self.floor, self.pairs_per_leg, pick, relative_to(trials, pick),
+                        self.max_legs - self.legs_run(trials))
 
     @staticmethod
     def legs_run(trials: list[Trial]) -> int:

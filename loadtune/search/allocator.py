@@ -11,19 +11,21 @@ state, the search sets it: the same config with glibc's thresholds sized from it
 
 from __future__ import annotations
 
-from loadtune.analysis.footprint import takes_fresh_pages
-from loadtune.model.config import heap_for
+from loadtune.model.config import HEAP_MIN_BATCH, heap_for
 from loadtune.model.results import ScanResult
 from loadtune.search.strategy import Proposal, measured, skipped_keys
 
 
 def heap_trials(result: ScanResult) -> list[Proposal]:
-    """The configs the search measured whose main process took fresh pages for its batches
-    (``footprint.takes_fresh_pages``), each with the heap setting for its batch, where not yet measured."""
+    """The configs without workers the search measured whose batches glibc could map afresh
+    (``HEAP_MIN_BATCH`` or more), each with the heap setting for its batch, where not yet measured.
+    Not only those whose run took fresh pages (``footprint.takes_fresh_pages``): a run in the reusing
+    state says nothing of the next process, which may fault every batch in anew (on the README's
+    example, the screening's run of ``w0`` took none in scans whose race legs then ran in both states)."""
     done, skipped = measured(result), skipped_keys(result)
     wanted = []
     for c in done.values():
-        if c.config.heap or c.batch is None or not takes_fresh_pages(c):
+        if c.config.heap or c.config.num_workers or c.batch is None or c.batch.nbytes < HEAP_MIN_BATCH:
             continue
         kept = c.config.with_knobs(heap=heap_for(c.batch.nbytes))
         if kept.heap and kept not in done and kept.key not in skipped and kept not in wanted:
