@@ -521,3 +521,12 @@ def test_a_loader_without_workers_is_tried_with_the_heap_kept_where_glibc_could_
     assert wanted[0].environment == {"MALLOC_MMAP_THRESHOLD_": str(64 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(256 * 2**20)}
     result.trials.append(fake_trial(wanted[0], 520.0))
     assert heap_trials(result) == []
+
+
+def test_a_wide_ratio_races_on_where_the_legs_left_reach_the_precision_or_one_more_halves_it():
+    from loadtune.analysis.race import worth_a_leg
+    disagree = race_ratio(legs_of([[-0.03, -0.02, -0.04], [0.03, 0.02, 0.04]]), W1, W2)
+    steady = race_ratio(legs_of([[0.12, -0.12, 0.0], [0.12, -0.12, 0.0], [0.12, -0.12, 0.0]]), W1, W2)
+    assert worth_a_leg(disagree, WIDE, PAIRS_PER_LEG, legs_left=1)  # a t(1) interval: one more leg halves it
+    assert worth_a_leg(steady, WIDE, PAIRS_PER_LEG, legs_left=8) and not worth_a_leg(steady, WIDE, PAIRS_PER_LEG, legs_left=2)
+    assert not worth_a_leg(steady, WIDE, PAIRS_PER_LEG, legs_left=0)

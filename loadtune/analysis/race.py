@@ -239,6 +239,17 @@ def legs_to(ratio: Comparison, wide: float, pairs: int) -> int | None:
     return None
 
 
+def worth_a_leg(ratio: Comparison, wide: float, pairs: int, legs_left: int) -> bool:
+    """Whether a ratio wider than ``wide`` races another leg: the legs left could bring it within
+    ``wide`` (``legs_to``), or one more would halve it (two legs that disagree leave a t(1) interval,
+    0.53x (0.33-0.87), which a third leg more than halves). Otherwise racing on would spend the legs and
+    fall short: it rests, and the note says what would narrow it."""
+    if legs_left <= 0 or pairs <= 0:
+        return False
+    more = legs_to(ratio, wide, pairs)
+    return (more is not None and more <= legs_left) or after_more(ratio, pairs) <= ratio.halfwidth / 2
+
+
 def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None, pairs: int = 0,
              pick: TrialConfig | None = None, to_pick: dict[TrialConfig, Comparison] | None = None,
              legs_left: int | None = None) -> list[TrialConfig]:
@@ -247,14 +258,14 @@ def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None,
     precise enough to act on); nobody when none of them is left. ``pick`` is the leader unless given,
     ``to_pick`` each other raced config's ratio to it (``relative_to``). With ``floor`` and ``pairs`` (a
     leg's turn pairs), an undecided config that one more leg could not decide (``could_decide``) rests
-    unless its ratio to the pick is wide; with ``legs_left``, a wide ratio that the legs left could not
-    bring within ``wide`` (``legs_to``) rests too: racing on would spend them and still fall short."""
+    unless its ratio to the pick is wide; with ``legs_left``, a wide ratio rests unless another leg is
+    worth it (``worth_a_leg``)."""
     pick = pick or v.leader
     if to_pick is None:
         to_pick = {s.config: s.ratio for s in v.standings if s.ratio is not None}
     apart = {s.config for s in v.standings if s.unsettled}  # their intervals are not what more legs narrow
     loose = {c for c, r in to_pick.items() if c != pick and c not in apart and r.halfwidth > wide
-             and (legs_left is None or (pairs > 0 and (more := legs_to(r, wide, pairs)) is not None and more <= legs_left))}
+             and (legs_left is None or worth_a_leg(r, wide, pairs, legs_left))}
 
     def races_on(s: Standing) -> bool:
         if s.unsettled:  # another leg in a state the scan did not set settles nothing
