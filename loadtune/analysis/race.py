@@ -184,6 +184,11 @@ def unsettled(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: Trial
             f"({solo.low:.2f}–{solo.high:.2f}): the two disagree beyond both intervals")
 
 
+def unsettled_configs(v: RaceVerdict | None) -> frozenset[TrialConfig]:
+    """The raced configs whose standing rests on a state the scan did not set."""
+    return frozenset(s.config for s in v.standings if s.unsettled) if v is not None else frozenset()
+
+
 def run_range(config: ConfigResult) -> tuple[float, float] | None:
     """The slowest and the fastest of its runs' medians (solo and legs): the range it was seen at."""
     levels = [t.estimate.median for t in config.trials if t.ok and t.estimate is not None]
@@ -280,10 +285,12 @@ def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None,
     return list(dict.fromkeys([v.leader, *([pick] if loose else []), *rest]))
 
 
-def precision_note(trials: list[Trial], pick: TrialConfig, wide: float, pairs: int, legs_run: int) -> str | None:
+def precision_note(trials: list[Trial], pick: TrialConfig, wide: float, pairs: int, legs_run: int,
+                   apart: frozenset[TrialConfig] = frozenset()) -> str | None:
     """What a race that stopped before every ratio to the pick was within ``wide`` says: how wide each
-    is, and how many more legs would narrow it (or that more legs are not the cure)."""
-    loose = {c: r for c, r in relative_to(trials, pick).items() if r.halfwidth > wide}
+    is, and how many more legs would narrow it (or that more legs are not the cure). ``apart``: configs
+    whose standing rests on a state the scan did not set (``unsettled``): more legs are not their cure."""
+    loose = {c: r for c, r in relative_to(trials, pick).items() if r.halfwidth > wide and c not in apart}
     if not loose:
         return None
     parts = []

@@ -113,8 +113,10 @@ def ending_note(how: str, v: RaceVerdict | None, max_legs: int) -> str | None:
            "futile": "another leg could not decide it: the ratio measured lies too near the noise floor"}.get(how, how)
     parts = []
     for s in v.standings:
-        if s.status == "undecided":
+        if s.status == "undecided" and not s.unsettled:  # those have a note of their own, and no interval
             r = s.ratio
             parts.append(f"{s.config.label()} {r.value:.2f}× ({r.low:.2f}–{r.high:.2f})" if r else s.config.label())
+    if not parts:
+        return None
     return (f"the race ended undecided ({why}): against {v.leader.label()}, {', '.join(parts)}; "
             "an undecided config is not picked over the leader")

@@ -20,7 +20,7 @@ from loadtune.engine import calibration
 from loadtune.engine import stages as stages_mod
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
-from loadtune.analysis.race import RacePolicy, precision_note, unsettled_note
+from loadtune.analysis.race import RacePolicy, precision_note, unsettled_configs, unsettled_note
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.engine.plan import Plan, prepare, races, resume_from
 from loadtune.engine.race import WARMUP_SHARE, RaceRun, ending_note, race, run_leg
@@ -228,7 +228,8 @@ def race_contenders(run: Run) -> None:
     final = race_verdict(result.trials, opts.noise_floor)
     notes = [ending_note(how, final, opts.race_legs), unsettled_note(result.trials, final)]
     if pick() is not None and any(t.raced for t in result.trials):
-        notes.append(precision_note(result.trials, pick(), policy.wide, policy.pairs_per_leg, policy.legs_run(result.trials)))
+        notes.append(precision_note(result.trials, pick(), policy.wide, policy.pairs_per_leg, policy.legs_run(result.trials),
+                                    unsettled_configs(final)))
     result.notes += [n for n in notes if n and n not in result.notes]
 
 

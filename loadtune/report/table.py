@@ -9,7 +9,9 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, alone, long_run, run_noise, spans_runs
-from loadtune.analysis.race import relative_to
+from loadtune.analysis.race import relative_to, unsettled_configs
+from loadtune.analysis.race import verdict as race_verdict
+from loadtune.analysis.recommend import noise_floor_of
 from loadtune.analysis.view import Row, rows as view_rows
 from loadtune.model.results import ScanResult
 from loadtune.report.text import BAR_WIDTH, STATUS_STYLES, bar, gbps, rate, short_bytes, spread_text, status_cell
@@ -64,13 +66,14 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
     rec = result.recommendation
     top = max((alone(c).estimate.median for c in result.configs if c.ok), default=0.0)  # bars relative to the whole scan
     relative = relative_to(result.trials, rec.config) if rec else {}
+    apart = unsettled_configs(race_verdict(result.trials, noise_floor_of(result))) if rec else frozenset()
     shown = shown_columns(result, bool(relative), dropped)
     table = empty_table(shown)
     noise = run_noise(result.configs)
     varying = result.varying_batches
     for row in rows:
         cells = row_cells(row, rec, top, noise, result.settings.current, varying.label if varying else None)
-        cells["race"] = race_cell(row, rec, relative)
+        cells["race"] = race_cell(row, rec, relative, apart)
         table.add_row(*[cells[name] for name in ("rank", "config", "rate", *shown, "status")])
     table.caption = table_caption(result, noise, shown, dropped)
     table.caption_justify = "left"
@@ -120,12 +123,16 @@ def table_caption(result: ScanResult, noise: RunNoise, shown: list[str], dropped
     return " · ".join(parts)
 
 
-def race_cell(row: Row, rec, relative: dict) -> str:
-    """``0.85× (0.83–0.87)`` for a config raced beside the pick; ``pick`` for the pick; empty otherwise."""
+def race_cell(row: Row, rec, relative: dict, apart: frozenset = frozenset()) -> str:
+    """``0.85× (0.83–0.87)`` for a config raced beside the pick; ``pick`` for the pick; ``unsettled`` for
+    one whose ratio rests on a state the scan did not set (``apart``: the notes give its range); empty
+    otherwise."""
     if row.config is None or rec is None:
         return ""
     if row.config.config == rec.config:
         return "pick" if relative else ""
+    if row.config.config in apart:
+        return "unsettled"
     r = relative.get(row.config.config)
     return f"{r.value:.2f}× ({r.low:.2f}–{r.high:.2f})" if r else ""
 
