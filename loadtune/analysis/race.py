@@ -3,17 +3,18 @@ and where each stands against the leader.
 
 A leg is one trial process in which every raced config's loader is alive and their timed blocks take
 turns, a shuffled order and then its reverse (a turn pair). Each config's blocks in the leg are saved
-as a trial of its own (``Trial.raced``, ``round`` the leg's number), block ``i`` of every one of them
-timed in turn ``i``. The observation that compares two configs is one turn pair's mean of
-``log(a / b)``: neighbouring blocks, in an order that cancels drift within the pair, so what the
-machine does meanwhile hits both alike. Turn pairs are the batches of a batch-means interval:
-consecutive blocks are correlated (a neighbour's burst spans several), turn pairs far less so, and
-legs (fresh processes) add what differs from one process to the next.
+as a trial of its own (``Trial.leg`` the leg's number), block ``i`` of every one of them timed in turn
+``i``. The observation that compares two configs is one turn pair's mean of ``log(a / b)``:
+neighbouring blocks, in an order that cancels drift within the pair, so what the machine does
+meanwhile hits both alike. Turn pairs are the batches of a batch-means interval: consecutive blocks are
+correlated (a neighbour's burst spans several), turn pairs far less so, and legs (fresh processes, the
+comparison's groups: ``analysis.comparison``) add what differs from one process to the next.
 
-A config stands against the leader as ``slower`` (its ratio below ``1 - floor`` with 95% confidence,
-one-sided), ``tied`` (above ``1 - floor`` with 95% confidence: it cannot be more than the floor slower;
-the two one-sided tests of an equivalence test), or ``undecided``. The race goes on with the leader
-and the undecided. When it ends, the pick is the cheapest of the leader, those tied with it, and those
+A config stands against the leader as ``slower`` (its whole 95% interval below ``1 - floor``), ``tied``
+(its whole interval at or above it), or ``undecided``: the verdict reads the interval printed beside
+it (``Comparison.against_floor``). One whose standing rests on a state the scan did not set is
+undecided whatever it reads (``unsettled``). Who races each leg is ``RacePolicy``'s, the scan's and
+autotune's alike. When the race ends, the pick is the cheapest of the leader, those tied with it, and those
 still undecided whose ratio lies within the floor (``close``: no test could separate them, and their
 measured difference is smaller than a worker is worth); an undecided config further behind is never
 picked over the leader.
@@ -40,9 +41,8 @@ PAIRS_PER_LEG = 3  # turn pairs a leg times: a fresh process every few pairs
 # only from its second leg on; decided in one leg, intervals held long runs' ratio in 16 of 21 races
 MIN_LEGS = 2
 # from its second leg on, a config whose ratio to the pick (the figure the table prints) is known no
-# better than this races on with the pick, where one more leg would bring it within this or halve it (two
-# legs that disagree give a t(1) interval: PyTorch's defaults read 0.53x (0.33-0.87) the pick on
-# iterable); one that another leg would narrow only a little rests (``narrows``)
+# better than this races on with the pick, where the legs left would bring it within this or one more
+# would halve it (``worth_a_leg``); the precision worth acting on
 WIDE = 0.05
 # loaders alive at once in a leg, at most: each racer adds its own turns and warm-up to every leg (a
 # fourth cost 8% of the summed time to the answer: benchmarks/RESULTS.md, "Three racers, not four")
