@@ -161,23 +161,24 @@ def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
     noise = run_noise(by_config([t for t in trials if not t.raced]))  # the legs' levels would widen it by the very gap
     standings = [Standing(leader, LEADER, None)]
     for c, r in ratios.items():
-        why = unsettled(trials, by, c, leader, regimes, noise)
+        why = unsettled(trials, by, c, leader, regimes, noise, r)
         standings.append(Standing(c, UNDECIDED if why else standing_of(r, floor), r, why))
     return RaceVerdict(leader, standings)
 
 
 def unsettled(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: TrialConfig, b: TrialConfig,
-              regimes: set[TrialConfig], noise: RunNoise) -> str | None:
+              regimes: set[TrialConfig], noise: RunNoise, raced: Comparison | None = None) -> str | None:
     """Why ``a``'s standing against ``b`` rests on a state the scan did not set, if it does: one of them
     ran in two states of its allocator (``footprint.fault_regimes``), or the race's ratio and their runs
     alone disagree beyond both intervals (a ratio that holds only in the processes that measured it says
-    nothing of the next). Another leg in that state does not settle it."""
+    nothing of the next). Another leg in that state does not settle it. ``raced``: their race ratio,
+    where the caller has it."""
     for c in (a, b):
         if c in regimes:
             return (f"{c.label()} took each batch's pages fresh from the kernel in some runs and not in others: "
                     "its speed follows its allocator's state")
     solo = solo_ratio(by[a], by[b], noise)
-    raced = race_ratio(trials, a, b)
+    raced = raced or race_ratio(trials, a, b)
     if solo is None or raced is None or max(solo.low / raced.high, raced.low / solo.high) <= 1 + REGIME_GAP:
         return None
     return (f"side by side {a.label()} read {raced.text()} {b.label()}, its runs alone {solo.value:.2f}× "
@@ -293,13 +294,13 @@ def precision_note(trials: list[Trial], pick: TrialConfig, wide: float, pairs: i
     loose = {c: r for c, r in relative_to(trials, pick).items() if r.halfwidth > wide and c not in apart}
     if not loose:
         return None
-    parts = []
+    parts, needed = [], {c: legs_to(r, wide, pairs) for c, r in loose.items()}
     for c, r in loose.items():
-        more = legs_to(r, wide, pairs)
+        more = needed[c]
         cure = (f"about {more} more leg{'s' if more != 1 else ''} would bring it within ±{wide:.0%}" if more is not None
                 else "more legs would barely narrow it: its turns spread too widely")
         parts.append(f"{c.label()} {r.text()}, ±{r.halfwidth:.0%}: {cure}")
-    most = max((m for r in loose.values() if (m := legs_to(r, wide, pairs)) is not None), default=None)
+    most = max((m for m in needed.values() if m is not None), default=None)
     hint = f" (--race-legs {legs_run + most}, or a --budget that allows them)" if most else ""
     return (f"the race stopped before its ratios to the pick {pick.label()} were within ±{wide:.0%}: "
             + "; ".join(parts) + hint)
@@ -324,10 +325,6 @@ class RacePolicy:
     min_legs: int = MIN_LEGS
     wide: float = WIDE
     racers: int = MAX_RACERS
-
-    @property
-    def races(self) -> bool:
-        return self.max_legs > 0
 
     def racing(self, trials: list[Trial], entrants: list[TrialConfig], pick: TrialConfig | None = None) -> list[TrialConfig]:
         """Who runs the next leg: ``entrants`` until the race has a verdict (a leg cut short has none),
