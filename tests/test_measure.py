@@ -85,6 +85,17 @@ def test_step_sees_every_batch_and_figures_are_emitted_in_order():
 
 
 @pytest.mark.slow
+def test_a_timed_block_spans_four_rounds_of_its_workers_however_short_the_block_time():
+    # workers deliver in bursts: a block cut after a round or two times where its ends fell among them
+    events = []
+    config = TrialConfig(batch_size=4, num_workers=3, prefetch_factor=2, persistent_workers=True)
+    measure(from_objects(Waiting(0.001)), config, torch.device("cpu"), Timing(warmup_s=0.01, block_s=0.0, blocks=3),
+            LoaderOptions(), lambda k, p: events.append((k, p)))
+    blocks = [p for k, p in events if k == "block"]
+    assert len(blocks) == 3 and all(b.batches >= 4 * 3 for b in blocks)
+
+
+@pytest.mark.slow
 def test_warmup_drains_the_prefetch_queue():
     spec = load_spec(SPECS / "tiny.py")
     events = []
@@ -358,9 +369,9 @@ def test_a_frozen_loader_makes_nothing_while_it_rests_and_its_block_counts_no_he
         time.sleep(0.3)
         assert ready_batches(meter.iterator) == level  # nothing made while frozen
         deadline = time.perf_counter() + 30
-        blocks = [frozen_turn(meter, config, 0.2, deadline) for _ in range(2)]
+        blocks = [frozen_turn(meter, config, s, deadline) for s in (0.2, 0.0)]
         assert statuses(meter) == {psutil.STATUS_STOPPED}  # frozen again after each block
-        assert all(b.batches % 2 == 0 and b.batches >= 2 for b in blocks)
+        assert all(b.batches % 2 == 0 and b.batches >= 4 * 2 for b in blocks)  # four rounds at least, however short
         assert all(b.rate <= 200 * 1.1 for b in blocks)  # sleeps make it no faster than that
     finally:
         freeze(meter, stop=False)

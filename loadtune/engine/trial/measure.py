@@ -29,7 +29,7 @@ from loadtune.engine.trial import gpu
 from loadtune.engine.trial.cpu import tree_cpu_s
 from loadtune.engine.trial.faults import DuplicateDetector
 from loadtune.engine.trial.load import LoadMeter
-from loadtune.engine.trial.meter import Meter, SampleCounter, SizeTally, build_meter, ready_batches
+from loadtune.engine.trial.meter import Meter, SampleCounter, SizeTally, build_meter, burst_batches, ready_batches
 from loadtune.engine.trial.setup import LoaderOptions, Shard, Timing, open_device
 from loadtune.engine.trial.transfer import batch_info, unmoved_note
 from loadtune.engine.trial.workload import StepWorkload
@@ -173,9 +173,7 @@ def timed_blocks(meter: Meter, config: TrialConfig, timing: Timing, deadline: fl
     """Timed blocks until ``enough`` of them or the deadline, then the CPU that the loader and its
     workers used over them."""
     rates: list[float] = []
-    # many workers deliver in bursts: a block spans at least two batches per worker, so its rate is
-    # not just the luck of which burst fell inside it
-    block_batches = max(1, 2 * config.num_workers)
+    block_batches = burst_batches(config.num_workers)
     if meter.count.sizes is not None:
         meter.count.sizes = SizeTally()  # the batches timed, not the warm-up's
     cpu_start = tree_cpu_s(meter.loader_iterator)  # twice per trial, outside the hot loop and the blocks:

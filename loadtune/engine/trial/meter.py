@@ -33,6 +33,7 @@ from loadtune.model.trial import Block
 
 ALIGN_EPOCHS_UP_TO = 4  # epochs up to this many block lengths are measured whole
 RESTART_SHARE = 0.02  # ...and longer ones too when restarting the workers costs this share of an epoch
+BURSTS = 4  # rounds of one batch per worker a timed block spans at least (``burst_batches``)
 
 
 class SampleCounter:
@@ -97,6 +98,15 @@ class SizeTally:
         every = self.inner | ends
         varying = len(self.inner) > 1 or (bool(self.inner) and max(ends) > max(self.inner))
         return BatchSizes(self.samples / self.batches, min(every), max(every), varying)
+
+
+def burst_batches(workers: int) -> int:
+    """The fewest batches a timed block (a trial's or a race turn's) holds: ``BURSTS`` rounds of one
+    batch per worker. Workers deliver in bursts, and a block of one or two rounds times the luck of
+    where its ends fell among them: 16 workers waiting on jittery storage read a median deviation of
+    15% between blocks of two rounds and 0.4% between blocks of four, 8 CPU-bound workers on two cores
+    18% and 0.3% (benchmarks/RESULTS.md, "Many workers")."""
+    return max(1, BURSTS * workers)
 
 
 class Meter:

@@ -32,7 +32,7 @@ import torch
 
 from loadtune.engine.spec import LoadedSpec
 from loadtune.engine.trial.measure import finish_trial, warm_up
-from loadtune.engine.trial.meter import Meter, build_meter, queued_batches, ready_batches
+from loadtune.engine.trial.meter import Meter, build_meter, burst_batches, queued_batches, ready_batches
 from loadtune.engine.trial.setup import LoaderOptions, Timing, open_device
 from loadtune.engine.trial.transfer import batch_info
 from loadtune.engine.trial.workload import StepWorkload
@@ -274,7 +274,7 @@ def stopped(pid: int) -> bool:
 
 def frozen_turn(meter: Meter, config: TrialConfig, block_s: float, deadline: float) -> Block:
     """One timed block of a loader frozen since its last one (``freeze``): thawed, one batch per worker
-    taken untimed (the rest left its caches cold), then at least ``block_s`` and one batch per worker,
+    taken untimed (the rest left its caches cold), then at least ``block_s`` and ``burst_batches``,
     in whole bursts of one batch per worker, and frozen again at once.
 
     A loader frozen between its blocks neither shares the cores with a neighbour's block nor makes
@@ -290,6 +290,6 @@ def frozen_turn(meter: Meter, config: TrialConfig, block_s: float, deadline: flo
     meter.mark = time.perf_counter()
     if not meter.between_epochs:  # (at an epoch boundary nothing is half made)
         meter.phase(0.0, workers, deadline)
-    block = meter.phase(block_s, workers, deadline, multiple=workers)
+    block = meter.phase(block_s, burst_batches(workers), deadline, multiple=workers)
     freeze(meter)  # not on failure: a failed loader's workers must hear its shutdown
     return block
