@@ -21,7 +21,7 @@ import pytest
 from test_against import WORK, against_result, commit, git, make_repo, set_work
 from test_ci_output import assert_valid
 
-from loadtune.model.check import INCONCLUSIVE, NO_BASE, PASS, REGRESSION
+from loadtune.model.check import INCONCLUSIVE, NO_BASE, NOTHING, PASS, REGRESSION
 
 ROOT = Path(__file__).parent.parent
 ACTION = ROOT / "action.yml"
@@ -319,7 +319,7 @@ def test_outside_a_pull_request_the_revision_must_be_given(fake_check):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("status, code", [(PASS, 0), (REGRESSION, 1), ("nothing measured", 3)])
+@pytest.mark.parametrize("status, code", [(PASS, 0), (REGRESSION, 1), (NOTHING, 3)])
 def test_the_step_exits_with_the_checks_code(fake_check, status, code):
     got, _, outputs = fake_check({}, status=status, code=code)
     assert got.returncode == code and outputs["verdict"] == status
@@ -363,7 +363,7 @@ def run_check_step(tmp_path, repo):
            "GITHUB_EVENT_NAME": "pull_request", "GITHUB_BASE_REF": "main", "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
     (tmp_path / "github_output").write_text("")
     (tmp_path / "summary.md").write_text("## an earlier step's summary\n")
-    given = {"spec": "dataset.py", "current": "num_workers=0", "args": "--budget 90"}
+    given = {"spec": "dataset.py", "current": "num_workers=0", "args": "--budget 150"}  # room for an unlucky start to be outvoted
     got = run_step(run_steps()[1], given, repo, env, f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     outputs = dict(line.split("=", 1) for line in (tmp_path / "github_output").read_text().splitlines())
     return got, outputs
@@ -374,8 +374,7 @@ def test_an_unchanged_pull_request_passes_with_its_outputs_summary_and_junit(tmp
     repo = pull_request(tmp_path, WORK)
     got, outputs = run_check_step(tmp_path, repo)
     assert got.returncode == 0, got.stdout + got.stderr
-    assert outputs["verdict"] == PASS and float(outputs["low"]) < float(outputs["ratio"]) < float(outputs["high"])
-    assert 0.85 < float(outputs["ratio"]) < 1.15
+    assert outputs["verdict"] == PASS and 0.9 <= float(outputs["low"]) < float(outputs["ratio"]) < float(outputs["high"])  # clear of 10%
     result = json.loads((repo / outputs["json"]).read_text())
     assert result["against"]["base"]["name"] == "origin/main" and result["status"] == PASS
     summary = (tmp_path / "summary.md").read_text()
