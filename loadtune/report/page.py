@@ -7,6 +7,7 @@ styles kept), so no figure is computed twice. The charts are inline SVG (``repor
 user wrote (spec paths, labels, notes) is escaped; the page holds no script, and its
 Content-Security-Policy forbids fetching anything, so a browser that opens it contacts no one.
 Non-ASCII characters are written as character references, so the file reads the same in any encoding.
+(A notebook's rendering of a result is ``report.html``: the terminal's report as preformatted HTML.)
 """
 
 from __future__ import annotations
