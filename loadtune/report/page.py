@@ -104,8 +104,7 @@ def table_html(table: Table, heading: str = "h3") -> str:
     """A rich table as an HTML table: its title (as a ``heading``), headers, cells (styles kept, the columns'
     alignment and wrapping), sections and caption."""
     columns = table.columns
-    classes = [" ".join(c for c in (col.justify if col.justify in ("right", "center") else "", "nowrap" if col.no_wrap else "") if c)
-               for col in columns]
+    classes = [column_class(col) for col in columns]
     head = "".join(f'<th class="{cls}">{text_html(col.header)}</th>' for col, cls in zip(columns, classes))
     cells = [list(col.cells) for col in columns]
     body = []
@@ -115,6 +114,12 @@ def table_html(table: Table, heading: str = "h3") -> str:
     title = f"<{heading}>{text_html(table.title)}</{heading}>" if table.title else ""
     caption = f'<p class="caption">{text_html(table.caption)}</p>' if table.caption else ""
     return f"{title}<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{caption}"
+
+
+def column_class(column) -> str:
+    """A rich column's alignment and wrapping, as the page's CSS classes."""
+    names = [column.justify] if column.justify in ("right", "center") else []
+    return " ".join(names + (["nowrap"] if column.no_wrap else []))
 
 
 def cell_html(cell, style, cls: str) -> str:
@@ -181,15 +186,16 @@ def race_bars(result: ScanResult, rows: list[Row]) -> list[Interval]:
     """The race's ratios to the pick, in the table's order and with the table's figures (``race_cell``); an
     unsettled ratio without a bar, as the table gives it none."""
     relative, apart = race_figures(result)
-    rec = result.recommendation
-    if not relative:
+    if not relative:  # the table then shows no "vs pick" column either
         return []
+    rec = result.recommendation
     bars = []
     for row in rows:
-        config = row.config.config if row.config is not None else None
-        if config is None or (config not in relative and config not in apart and config != rec.config):
+        cell = race_cell(row, rec, relative, apart)  # empty for a row the race did not hold
+        if not cell:
             continue
-        label, cell = result.label(config), race_cell(row, rec, relative, apart)
+        config = row.config.config
+        label = result.label(config)
         if config == rec.config:
             bars.append(Interval(label + " ★", 1.0, text=cell))
         elif config in apart:
@@ -298,11 +304,17 @@ def check_bars(outcome: CheckResult) -> tuple[list[Interval], str]:
     high = 1 + outcome.change_high if outcome.change_high is not None else None
     if outcome.against is not None:
         return [Interval("head / base", 1 + outcome.change, 1 + outcome.change_low, high, ratio_text(outcome))], "base"
-    bars = [Interval("config / calibration", 1 + outcome.change, 1 + outcome.change_low, high, f"{outcome.change:+.1%}")]
+    bars = [Interval("config / calibration", 1 + outcome.change, 1 + outcome.change_low, high,
+                     change_figure(outcome.change, outcome.change_low, outcome.change_high))]
     if outcome.machine_change is not None:
         bars.append(Interval("the machine (calibration alone)", 1 + outcome.machine_change, 1 + outcome.machine_low,
-                             1 + outcome.machine_high, f"{outcome.machine_change:+.1%}"))
+                             1 + outcome.machine_high, change_figure(outcome.machine_change, outcome.machine_low, outcome.machine_high)))
     return bars, "baseline"
+
+
+def change_figure(value: float, low: float, high: float | None) -> str:
+    """``-30.0% (-40.0% to -20.0%)``: a change beside its bar."""
+    return f"{value:+.1%} ({low:+.1%} to {f'{high:+.1%}' if high is not None else 'unbounded'})"
 
 
 def ratio_section(outcome: CheckResult) -> str:
