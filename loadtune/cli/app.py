@@ -20,7 +20,7 @@ from loadtune.analysis.compare import compare, select_diffs
 from loadtune.analysis.view import filters_from, select
 from loadtune.cli.check import check
 from loadtune.cli.common import (EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_REGRESSION, PROJECT_KEYS, USER_ERRORS,
-                                 checked_outputs, fail, load_project, missing, output_format, write_json)
+                                 check_html, checked_outputs, fail, load_project, missing, output_format, save_html, write_json)
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.options import OptionsError
 from loadtune.engine.plan import prepare, resume_from
@@ -31,6 +31,7 @@ from loadtune.model.scanfile import check_writable, write_atomic
 from loadtune.model.settings import ScanOptions
 from loadtune.report import plot as plot_mod
 from loadtune.report.compare import print_comparison
+from loadtune.report.page import scan_page
 from loadtune.report.progress import AnswerOnly, scan_progress
 from loadtune.report.scan import print_recommendation, print_report, reference_line
 from loadtune.report.table import print_nodes
@@ -117,6 +118,7 @@ def scan(
     resume: bool = typer.Option(False, "--resume", help="continue the interrupted scan saved at --json, without re-running its finished trials"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the recommendation (with its notes and snippet); no table, no progress"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs matplotlib)"),
+    html: Optional[Path] = typer.Option(None, "--html", help="also write the report as one self-contained HTML page (at the end, or on Ctrl-C)"),
     format_: str = typer.Option("table", "--format", help="table, or json: the whole result on stdout (for a pipe), nothing else there"),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", help="ranks per trial, each with its own loader over its shard, "
                                                                                 "launched as torchrun does (default: 1)"),
@@ -127,7 +129,7 @@ def scan(
 ) -> None:
     """Search DataLoader settings for a dataset, print a ranked table and a recommendation."""
     # long only by its typer signature (one line per flag); the body hands off to planned_scan, run_scan, finish_scan
-    as_json = checked_outputs(format_, plot)
+    as_json = checked_outputs(format_, plot, html)
     console = Console(stderr=as_json)  # under --format json, stdout holds the JSON alone
     overrides = dict(
         workers=workers, batch_size=batch_size, prefetch=prefetch, pin=pin, persistent=persistent, device=device,
@@ -139,16 +141,18 @@ def scan(
         max_memory=max_memory, diagnose=diagnose, reference_rounds=reference_rounds, current=current,
     )
     plan, json_path, adopted = planned_scan(spec, overrides, json_path, resume)
-    result = run_scan(plan, json_path, console, quiet, as_json)
-    finish_scan(console, plan.options, result, json_path, adopted.store_hosted, plot)
+    result = run_scan(plan, json_path, console, quiet, as_json, html)
+    finish_scan(console, plan.options, result, json_path, adopted.store_hosted, plot, html)
 
 
 def finish_scan(console: Console, opts: ScanOptions, result: ScanResult, json_path: Path, store_hosted: bool,
-                plot: Optional[Path]) -> None:
-    """After the report: where it was saved, the per-node summary, the exit code, the plot."""
+                plot: Optional[Path], html: Optional[Path] = None) -> None:
+    """After the report: where it was saved, the per-node summary, the page (its failures too), the exit code, the plot."""
     console.print(f"Saved to {json_path}", style="dim")
     if opts.nnodes > 1 and opts.rdzv_endpoint:
         print_node_summary(console, result, opts, store_hosted)
+    if html is not None:
+        save_html(html, scan_page(result), console)
     if not result.ok_trials:
         raise fail("no trial could be measured; see the failures above", EXIT_NOTHING_MEASURED)
     if plot is not None:
@@ -182,11 +186,11 @@ def planned_scan(spec: Optional[str], flags: dict, json_path: Optional[Path], re
     return plan, json_path, adopted
 
 
-def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool) -> ScanResult:
+def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool, html: Optional[Path] = None) -> ScanResult:
     """Measure, with progress unless quiet, and print (or write the JSON). The report is printed as
     soon as the answer is final, while the calibration workload (and a reference for ``check``, when
     asked: a line then says how that went) runs; the JSON holds all of it, so it comes at the end.
-    On Ctrl-C print and save what was measured, then exit 130."""
+    On Ctrl-C print and save what was measured (and write the ``html`` page of it), then exit 130."""
     result = plan.result
     printed = False
 
@@ -211,6 +215,8 @@ def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool
         elif not printed:
             render()
         console.print(f"Interrupted: {len(result.trials)} finished trials saved to {json_path}")
+        if html is not None:
+            save_html(html, scan_page(result), console)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     line = reference_line(result) if printed else None
     if not printed:
@@ -244,6 +250,7 @@ def show(
     pin: Optional[bool] = typer.Option(None, "--pin/--no-pin", help="only configs with (without) pin_memory"),
     status: Optional[str] = typer.Option(None, help="only rows of these statuses: ok, failed, skipped, excluded (comma-separated)"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs matplotlib)"),
+    html: Optional[Path] = typer.Option(None, "--html", help="also write the report (the rows shown) as one self-contained HTML page"),
     format_: str = typer.Option("table", "--format", help="table, or json: the saved result (two scans: the comparison) on stdout"),
 ) -> None:
     """Render a saved scan again (table and recommendation) without measuring anything; given two, compare them."""
@@ -251,10 +258,7 @@ def show(
         as_json = output_format(format_) == "json"
         if len(result_paths) > 2:
             raise OptionsError(f"show takes one result, or two to compare; got {len(result_paths)}")
-        if plot is not None:
-            plot_mod.plot_format(plot)
-            if len(result_paths) == 2:
-                raise OptionsError("--plot draws one scan; run show --plot on each of the two")
+        check_drawings(len(result_paths), plot, html)
         filters = filters_from(batch_size, workers, pin, status)
         if as_json and len(result_paths) == 1 and (filters.any or top is not None or sort != "rate"):
             raise OptionsError("--format json writes the whole saved result; --top, --sort and the filters shape the table only")
@@ -277,8 +281,20 @@ def show(
         write_json(results[0].to_dict())
     else:
         print_report(console, results[0], rows)
+    if html is not None:
+        save_html(html, scan_page(results[0], rows), Console(stderr=as_json))
     if plot is not None:
         save_plot(results[0], plot, Console(stderr=as_json))
+
+
+def check_drawings(scans: int, plot: Optional[Path], html: Optional[Path]) -> None:
+    """``show``'s ``--plot`` and ``--html`` draw one scan: a bad file name, or two scans, refused before any is read."""
+    if plot is not None:
+        plot_mod.plot_format(plot)
+    for flag, path in (("--plot", plot), ("--html", html)):
+        if path is not None and scans == 2:
+            raise OptionsError(f"{flag} draws one scan; run show {flag} on each of the two")
+    check_html(html)
 
 
 @app.command()

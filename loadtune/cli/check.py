@@ -5,6 +5,7 @@ written where CI reads it, and returned as the exit code."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -12,7 +13,7 @@ import typer
 from rich.console import Console
 
 from loadtune.cli.common import (EXIT_INCONCLUSIVE, EXIT_INTERRUPTED, EXIT_NOTHING_MEASURED, EXIT_REGRESSION, PROJECT_KEYS,
-                                 USER_ERRORS, checked_outputs, fail, load_project, missing, write_json)
+                                 USER_ERRORS, checked_outputs, fail, load_project, missing, save_html, write_json)
 from loadtune.engine.against import Base, check_against
 from loadtune.engine.check import (DEFAULT_BUDGET_S, REFERENCE_ROUNDS, ReferenceIncomplete, explicit_config, parse_tolerance,
                                    record_baseline, run_check)
@@ -23,6 +24,7 @@ from loadtune.model.results import ScanResult
 from loadtune.model.scanfile import check_writable, write_atomic
 from loadtune.report import ci
 from loadtune.report.check import print_check, print_recorded
+from loadtune.report.page import check_page
 from loadtune.report.progress import CheckProgress
 
 CHECK_EXIT_CODES = {NOTHING: EXIT_NOTHING_MEASURED, REGRESSION: EXIT_REGRESSION, INCONCLUSIVE: EXIT_INCONCLUSIVE}  # NO_BASE: 0
@@ -48,6 +50,8 @@ def check(
     markdown_path: Optional[Path] = typer.Option(None, "--markdown", help="write a Markdown summary here; appended when it is "
                                                  "$GITHUB_STEP_SUMMARY (GitHub's job summary), else replaced"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the full check result here"),
+    html: Optional[Path] = typer.Option(None, "--html", help="write the check as one self-contained HTML page here: both sides, "
+                                        "the verdict, the ratio and its interval"),
     format_: str = typer.Option("table", "--format", help="table, or json: the check result on stdout (for a pipe), nothing else there"),
     against: Optional[str] = typer.Option(None, "--against", help="a git revision (origin/main, a SHA): time the work tree's data code "
                                           "in turns with that revision's, here and now; no baseline needed"),
@@ -58,7 +62,7 @@ def check(
 ) -> None:
     """Re-measure the baseline's recommended config (or time the work tree against another revision: --against);
     exit 1 when loading got slower beyond tolerance and noise."""
-    as_json = checked_outputs(format_, None)
+    as_json = checked_outputs(format_, None, html)
     console = Console(stderr=as_json)  # under --format json, stdout holds the JSON alone
     progress = CheckProgress(console)
     try:
@@ -81,7 +85,7 @@ def check(
             saved = ScanResult.load(baseline_path)
             config = explicit_config(saved, workers=workers, batch_size=batch_size, prefetch=prefetch, pin=pin, persistent=persistent)
             if record_:
-                refuse_reports_when_recording(as_json, junit_xml, markdown_path, json_path)
+                refuse_reports_when_recording(as_json, junit_xml, markdown_path, json_path, html)
                 print_recorded(console, record_baseline(spec, baseline_path, config, rounds or REFERENCE_ROUNDS, saved,
                                                         on_start=progress.recording, on_round=progress.round_finished))
                 return
@@ -94,6 +98,8 @@ def check(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     print_check(console, outcome, rounds=False)
     write_check_reports(outcome, as_json, junit_xml, markdown_path, json_path)
+    if html is not None:
+        save_html(html, check_page(outcome, spec, datetime.now(timezone.utc).isoformat(timespec="seconds")), console)
     raise typer.Exit(CHECK_EXIT_CODES.get(outcome.status, 0))
 
 
@@ -136,7 +142,7 @@ def refuse_reports_when_recording(as_json: bool, *paths: Optional[Path]) -> None
     """``--record`` reaches no verdict: the reports that would carry one are refused, not left unwritten."""
     if as_json or any(paths):
         raise OptionsError("--record measures the reference and reaches no verdict: drop --format json, --junit-xml, "
-                           "--markdown and --json (run loadtune check after it for those)")
+                           "--markdown, --json and --html (run loadtune check after it for those)")
 
 
 def write_check_reports(outcome, as_json: bool, junit_xml: Optional[Path], markdown_path: Optional[Path],

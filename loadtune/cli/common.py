@@ -21,7 +21,7 @@ from loadtune.engine.options import OptionsError
 from loadtune.engine.revision import RevisionError
 from loadtune.engine.spec import SpecError
 from loadtune.model.config import PlanError
-from loadtune.model.scanfile import ResultError
+from loadtune.model.scanfile import ResultError, check_writable, write_atomic
 from loadtune.model.settings import ScanOptions
 from loadtune.report import plot as plot_mod
 
@@ -74,12 +74,32 @@ def write_json(data: dict) -> None:
     sys.stdout.flush()
 
 
-def checked_outputs(format_: str, plot: Optional[Path]) -> bool:
-    """Refuse a bad ``--format`` or ``--plot`` before any work (no matplotlib costs no scan); True for JSON."""
+def checked_outputs(format_: str, plot: Optional[Path], html: Optional[Path] = None) -> bool:
+    """Refuse a bad ``--format``, ``--plot`` or ``--html`` before any work (no matplotlib costs no scan); True for JSON."""
     try:
         as_json = output_format(format_) == "json"
         if plot is not None:
             plot_mod.check_plot(plot)
+        check_html(html)
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
     return as_json
+
+
+def check_html(path: Optional[Path]) -> None:
+    """``--html PATH``: a place the page can be written, known before any work."""
+    if path is None:
+        return
+    try:
+        check_writable(path, example="report.html")
+    except ResultError as exc:
+        raise ResultError(f"--html {exc}") from None
+
+
+def save_html(path: Path, page: str, console: Console) -> None:
+    """Write the ``--html`` page atomically (a reader never sees half of it); a failure is an error (exit 2)."""
+    try:
+        write_atomic(path, page)
+    except OSError as exc:
+        raise fail(f"--html {path}: {exc.strerror or exc}") from None
+    console.print(f"Report page written to {path}", style="dim")

@@ -109,14 +109,14 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def check_writable(path: str | Path) -> None:
-    """Fail before the scan, not after it, when the results cannot be saved."""
+def check_writable(path: str | Path, example: str = "loadtune.json") -> None:
+    """Fail before the scan, not after it, when the results cannot be saved (``example``: a file name to suggest)."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise ResultError(f"{path}: folder {folder} does not exist")
     if path.is_dir():
-        raise ResultError(f"{path}: is a folder; give a file name such as loadtune.json")
+        raise ResultError(f"{path}: is a folder; give a file name such as {example}")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=folder)
         os.close(fd)

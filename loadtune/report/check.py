@@ -71,17 +71,24 @@ def print_check(console: Console, outcome: CheckResult, rounds: bool = True) -> 
     defaults = defaults_line(outcome)
     if defaults:
         console.print(f"  {defaults}", style="dim", highlight=False)
-    for line in outcome.environment:
-        console.print(f"  environment changed: {line}", style="yellow")
-    fresh = fresh_pages(by_config([t for t in outcome.trials if t.config == outcome.config]))
-    if fresh:  # a speed that rests on the allocator's state flips a check between runs
-        console.print(f"  note: {fresh}", style="yellow", highlight=False)
-    load = load_summary(outcome.trials, NOISE_FLOOR)
-    if load is not None and load.disturbed:
-        console.print(f"  measured under load: {load_sentence(load)}; a round's ratio discounts it where it hit both "
-                      "loaders of a block pair alike", style="yellow", highlight=False)
+    for note in check_notes(outcome):
+        console.print(f"  {note}", style="yellow", highlight=False)
     style = STYLES.get(outcome.status, "bold yellow")
     console.print(Text(outcome.status.upper() + (": " + "; ".join(outcome.reasons) if outcome.reasons else ""), style=style))
+
+
+def check_notes(outcome: CheckResult) -> list[str]:
+    """What weighs on a check against a baseline beside its figures: the environment that changed, a speed
+    that rests on the allocator's state (it flips a check between runs), outside load."""
+    out = [f"environment changed: {line}" for line in outcome.environment]
+    fresh = fresh_pages(by_config([t for t in outcome.trials if t.config == outcome.config]))
+    if fresh:
+        out.append(f"note: {fresh}")
+    load = load_summary(outcome.trials, NOISE_FLOOR)
+    if load is not None and load.disturbed:
+        out.append(f"measured under load: {load_sentence(load)}; a round's ratio discounts it where it hit both "
+                   "loaders of a block pair alike")
+    return out
 
 
 def print_recorded(console: Console, recorded: Recorded) -> None:

@@ -164,34 +164,65 @@ def summary_line(result: CheckResult) -> str:
             f"tolerance {result.tolerance:.0%}; {result.status} ({result.wall_s:.0f} s)")
 
 
+@dataclass(frozen=True)
+class SideRow:
+    """A row of a check's two sides, as the Markdown summary and the HTML page show it: what it is
+    (``code``: the config label it is about, shown as code before it), the baseline's (or the base's)
+    figure, and today's (or the head's)."""
+
+    label: str
+    then: str
+    now: str
+    code: str = ""
+
+
+def markdown_row(row: SideRow) -> str:
+    """``| `w2 pf2 bs64` samples/s | 1,100 | 1,000 |``; an empty cell stays ``| |``."""
+    label = f"`{row.code}` {row.label}" if row.code else row.label
+    return "|" + "|".join(f" {cell} " if cell else " " for cell in (label, row.then, row.now)) + "|"
+
+
+def reference_rows(result: CheckResult, dash: str = " … ") -> list[SideRow]:
+    """The baseline's figures beside today's: the config, the shaped calibration, the rounds, the change
+    of their ratio with its interval, the gain over PyTorch's defaults, the machine, the CPU time."""
+    now = f"{result.rate_now:,.0f}" if result.rate_now else "-"
+    cal_then, cal_now = result.baseline_calibration, result.calibration_now
+    machine = (f"{result.machine_change:+.1%} ({result.machine_low:+.1%}{dash}{result.machine_high:+.1%})"
+               if result.machine_change is not None else "-")
+    cpu = f"{result.cpu_change:+.1%}" if result.cpu_change is not None else "-"
+    gain = f"{result.gain:.2f}× ({result.gain_low:.2f}{dash}{result.gain_high:.2f}×)" if result.gain is not None else "-"
+    then = f"{result.baseline_gain:.2f}×" if result.baseline_gain else "-"
+    recorded = f", recorded {result.reference_recorded_at}" if result.reference_recorded_at else ""  # drift grows with its age
+    return [
+        SideRow("samples/s", f"{result.baseline_rate:,.0f}" if result.baseline_rate else "-", now, code=result.config.label()),
+        SideRow("shaped calibration samples/s", f"{cal_then:,.0f}" if cal_then else "-", f"{cal_now:,.0f}" if cal_now else "-"),
+        SideRow("paired rounds", f"{len(result.baseline_rounds)}{recorded}", str(len(result.rounds))),
+        SideRow("change of config / calibration", "", change_text(result, dash)),
+        *([SideRow("the config over PyTorch's defaults, side by side", then, gain)] if result.defaults else []),
+        SideRow("the machine (calibration alone)", "", machine),
+        SideRow("CPU time per unit of calibration work", "", cpu),
+    ]
+
+
+def limits_line(result: CheckResult) -> str:
+    """``Tolerance 10%, floor 500 samples/s; 42 s.``"""
+    return (f"Tolerance {result.tolerance:.0%}" + (f", floor {result.min_throughput:,.0f} samples/s" if result.min_throughput else "")
+            + f"; {result.wall_s:.0f} s.")
+
+
 def markdown(result: CheckResult) -> str:
     """A short table for a CI job summary page."""
     if result.against:
         return against_markdown(result)
-    now = f"{result.rate_now:,.0f}" if result.rate_now else "-"
-    cal_then, cal_now = result.baseline_calibration, result.calibration_now
-    machine = (f"{result.machine_change:+.1%} ({result.machine_low:+.1%} … {result.machine_high:+.1%})"
-               if result.machine_change is not None else "-")
-    cpu = f"{result.cpu_change:+.1%}" if result.cpu_change is not None else "-"
-    gain = f"{result.gain:.2f}× ({result.gain_low:.2f} … {result.gain_high:.2f}×)" if result.gain is not None else "-"
-    then = f"{result.baseline_gain:.2f}×" if result.baseline_gain else "-"
-    recorded = f", recorded {result.reference_recorded_at}" if result.reference_recorded_at else ""  # drift grows with its age
     icon = {PASS: "✅ pass", REGRESSION: "❌ regression", INCONCLUSIVE: "⚠️ inconclusive"}.get(result.status, "⚠️ " + result.status)
     lines = [
         f"### loadtune check: {icon}",
         "",
         "| | baseline | now |",
         "|---|---:|---:|",
-        f"| `{result.config.label()}` samples/s | {f'{result.baseline_rate:,.0f}' if result.baseline_rate else '-'} | {now} |",
-        f"| shaped calibration samples/s | {f'{cal_then:,.0f}' if cal_then else '-'} | {f'{cal_now:,.0f}' if cal_now else '-'} |",
-        f"| paired rounds | {len(result.baseline_rounds)}{recorded} | {len(result.rounds)} |",
-        f"| change of config / calibration | | {change_text(result, ' … ')} |",
-        *([f"| the config over PyTorch's defaults, side by side | {then} | {gain} |"] if result.defaults else []),
-        f"| the machine (calibration alone) | | {machine} |",
-        f"| CPU time per unit of calibration work | | {cpu} |",
+        *[markdown_row(row) for row in reference_rows(result)],
         "",
-        f"Tolerance {result.tolerance:.0%}" + (f", floor {result.min_throughput:,.0f} samples/s" if result.min_throughput else "")
-        + f"; {result.wall_s:.0f} s.",
+        limits_line(result),
     ]
     lines += [f"- {r}" for r in result.reasons] + [f"- environment: {e}" for e in result.environment]
     return "\n".join(lines) + "\n"
@@ -254,6 +285,13 @@ def side_cases(result: CheckResult) -> list[tuple[str, str | None]]:
     return cases
 
 
+def against_rows(result: CheckResult, dash: str = " … ") -> list[SideRow]:
+    """The base's figures beside the head's: samples/s timed in turns, and head / base with its interval."""
+    against: Against = result.against
+    return [SideRow("samples/s, timed in turns", samples(against.base_rate), samples(against.head_rate)),
+            SideRow(f"head / base over {len(against.rounds)} rounds", "", ratio_text(result, dash))]
+
+
 def against_markdown(result: CheckResult) -> str:
     """The job summary of a check against another revision: both revisions named, their samples/s
     timed in turns, the ratio with its interval, the reasons and notes."""
@@ -264,11 +302,9 @@ def against_markdown(result: CheckResult) -> str:
         lines += [
             f"| `{result.config.label()}` | base `{against.base.label()}` | head `{against.head.label()}` |",
             "|---|---:|---:|",
-            f"| samples/s, timed in turns | {samples(against.base_rate)} | {samples(against.head_rate)} |",
-            f"| head / base over {len(against.rounds)} rounds | | {ratio_text(result, ' … ')} |",
+            *[markdown_row(row) for row in against_rows(result)],
             "",
-            f"Tolerance {result.tolerance:.0%}" + (f", floor {result.min_throughput:,.0f} samples/s" if result.min_throughput else "")
-            + f"; {result.wall_s:.0f} s.",
+            limits_line(result),
         ]
     lines += [f"- {r}" for r in result.reasons + against.notes]
     return "\n".join(lines) + "\n"

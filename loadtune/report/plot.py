@@ -158,6 +158,23 @@ def plot_data(result: ScanResult) -> PlotData:
     )
 
 
+def worker_ticks(data: PlotData) -> list[int]:
+    """The worker counts on the x axis: every one measured or failed."""
+    return sorted({p.workers for line in data.lines for p in line.points} | set(data.failed))
+
+
+def log_workers(data: PlotData) -> bool:
+    """Past 8 workers the axis is log-like (symlog, base 2: 0, 1, 2, 4, … 64 evenly spread)."""
+    workers = worker_ticks(data)
+    return bool(workers) and max(workers) > 8
+
+
+def y_limit(data: PlotData) -> float:
+    """The top of the y axis, which starts at zero so heights compare: every interval and the bound inside the frame."""
+    highs = [p.high for line in data.lines for p in line.points] + ([data.bound[0]] if data.bound else [])
+    return max(highs, default=1.0) * 1.08
+
+
 def write_plot(result: ScanResult, path: str | Path) -> None:
     """Draw ``plot_data(result)`` into ``path`` (PNG or SVG by its extension)."""
     fmt = plot_format(path)
@@ -181,13 +198,12 @@ def write_plot(result: ScanResult, path: str | Path) -> None:
         ax.plot(data.failed, [0] * len(data.failed), marker="x", color="red", linestyle="none", label="failed", zorder=5)
     if data.bound is not None:
         ax.axhline(data.bound[0], color="gray", linestyle="--", label=data.bound[1])
-    workers = sorted({p.workers for line in data.lines for p in line.points} | set(data.failed))
-    if workers and max(workers) > 8:
+    workers = worker_ticks(data)
+    if log_workers(data):
         ax.set_xscale("symlog", base=2, linthresh=1)  # 0, 1, 2, 4, … 64 evenly spread
     ax.set_xticks(workers)
     ax.set_xticklabels([str(w) for w in workers])
-    highs = [p.high for line in data.lines for p in line.points] + ([data.bound[0]] if data.bound else [])
-    ax.set_ylim(0, max(highs, default=1.0) * 1.08)  # from zero, so heights compare; the bound inside the frame
+    ax.set_ylim(0, y_limit(data))
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax.set_xlabel("num_workers")
     ax.set_ylabel("samples/s (median)")

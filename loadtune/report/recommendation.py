@@ -24,9 +24,16 @@ from loadtune.report.text import load_sentence, rate
 def recommendation_panel(result: ScanResult) -> Panel:
     """The pick, what it gains and why, what bounds it, its memory, and the ``DataLoader(...)`` to paste;
     without a pick, why there is none."""
+    if result.recommendation is None:
+        return Panel(no_recommendation_text(result), title="No recommendation", border_style="red")
+    code = Syntax(loader_code(result), "python", theme="ansi_dark", background_color="default")
+    return Panel(Group(recommendation_text(result), code), title="Recommendation", border_style="green")
+
+
+def recommendation_text(result: ScanResult) -> Text:
+    """The panel's text above the snippet: the pick, its gain and why, load, ranks, persistence, ties, the
+    bound, memory. A function of its own so the terminal and the HTML page say the same."""
     rec = result.recommendation
-    if rec is None:
-        return no_recommendation(result)
     pick = result.config_result(rec.config)
     noise = run_noise(result.configs)
     lines = Text()
@@ -36,17 +43,15 @@ def recommendation_panel(result: ScanResult) -> Panel:
         lines.append(piece)
     if result.state != "complete":
         lines.append(f"Partial scan ({result.state}): {len(result.trials)} trials finished.\n", style="yellow")
-    code = Syntax(loader_code(result), "python", theme="ansi_dark", background_color="default")
-    return Panel(Group(lines, code), title="Recommendation", border_style="green")
+    return lines
 
 
-def no_recommendation(result: ScanResult) -> Panel:
+def no_recommendation_text(result: ScanResult) -> str:
     """Why nothing is recommended: every config over ``--max-memory``, or none measured."""
     if footprint.all_over_limit(result):
-        return Panel(f"Every measured config exceeds the {footprint.size_text(footprint.memory_limit(result))} memory limit "
-                     "(--max-memory): raise it, or try fewer workers or a smaller batch size.",
-                     title="No recommendation", border_style="red")
-    return Panel("No config could be measured: see the failures above.", title="No recommendation", border_style="red")
+        return (f"Every measured config exceeds the {footprint.size_text(footprint.memory_limit(result))} memory limit "
+                "(--max-memory): raise it, or try fewer workers or a smaller batch size.")
+    return "No config could be measured: see the failures above."
 
 
 def pick_text(result: ScanResult, pick: ConfigResult, noise: RunNoise) -> Text:

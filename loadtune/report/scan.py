@@ -4,6 +4,7 @@ recommendation, put together (the pieces live in ``table``, ``diagnosis``, ``not
 from __future__ import annotations
 
 from rich.console import Console
+from rich.table import Table
 
 from loadtune.analysis.view import Row, rows as view_rows
 from loadtune.engine.scan import NO_REFERENCE
@@ -16,17 +17,27 @@ from loadtune.report.table import rank_table, trial_table
 
 def print_report(console: Console, result: ScanResult, rows: list[Row] | None = None) -> None:
     """The table (``rows``: a selection from ``view.select``; default all), notes, recommendation."""
-    if result.settings.distributed:
-        console.print(rank_table(result, rows))
-    else:
-        console.print(trial_table(result, rows, console.width))
-    total = len(view_rows(result))
-    if rows is not None and len(rows) < total:
-        console.print(f"showing {len(rows)} of {total} rows; ranks (#) and the recommendation are the whole scan's", style="dim")
+    console.print(scan_table(result, rows, console.width))
+    shown = shown_line(result, rows)
+    if shown:
+        console.print(shown, style="dim")
     diagnosis = diagnosis_table(result)
     if diagnosis is not None:
         console.print(diagnosis)
     print_recommendation(console, result)
+
+
+def scan_table(result: ScanResult, rows: list[Row] | None = None, width: int | None = None) -> Table:
+    """The scan's ranked table: one row per config, or per config on several ranks; ``width`` as for ``trial_table``."""
+    return rank_table(result, rows) if result.settings.distributed else trial_table(result, rows, width)
+
+
+def shown_line(result: ScanResult, rows: list[Row] | None) -> str | None:
+    """Under a filtered table: how many rows it shows, and that the ranks and the pick are the whole scan's."""
+    total = len(view_rows(result))
+    if rows is None or len(rows) >= total:
+        return None
+    return f"showing {len(rows)} of {total} rows; ranks (#) and the recommendation are the whole scan's"
 
 
 def print_recommendation(console: Console, result: ScanResult) -> None:

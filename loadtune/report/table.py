@@ -65,8 +65,7 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
     """The table without the ``dropped`` columns; the optional ones only where the scan measured them."""
     rec = result.recommendation
     top = max((alone(c).estimate.median for c in result.configs if c.ok), default=0.0)  # bars relative to the whole scan
-    relative = relative_to(result.trials, rec.config) if rec else {}
-    apart = unsettled_configs(race_verdict(result.trials, noise_floor_of(result))) if rec else frozenset()
+    relative, apart = race_figures(result)
     shown = shown_columns(result, bool(relative), dropped)
     table = empty_table(shown)
     noise = run_noise(result.configs)
@@ -78,6 +77,15 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
     table.caption = table_caption(result, noise, shown, dropped)
     table.caption_justify = "left"
     return table
+
+
+def race_figures(result: ScanResult) -> tuple[dict, frozenset]:
+    """Each raced config's ratio to the pick with its interval, and the configs whose ratio is unsettled
+    (``race_cell``: no interval shown for them); both empty without a pick or a race."""
+    rec = result.recommendation
+    if rec is None:
+        return {}, frozenset()
+    return relative_to(result.trials, rec.config), unsettled_configs(race_verdict(result.trials, noise_floor_of(result)))
 
 
 def shown_columns(result: ScanResult, raced: bool, dropped: list[str]) -> list[str]:
