@@ -87,7 +87,7 @@ def wheel_problems(names: list[str], tracked: list[str], expected: str) -> list[
     return problems
 
 
-def sdist_problems(names: list[str], tracked: list[str], expected: str) -> list[str]:
+def sdist_problems(names: list[str], tracked: list[str]) -> list[str]:
     """What is wrong with an sdist holding ``names`` (paths below its top directory): the whole source
     (SDIST_TREES, SDIST_FILES), nothing git does not track but what the build writes, no benchmarks."""
     wanted = {n for n in tracked if n.startswith(SDIST_TREES) or n in SDIST_FILES}
@@ -125,7 +125,7 @@ def check(dist: Path, root: Path = ROOT) -> list[str]:
     with tarfile.open(sdist) as t:
         members = [m.name for m in t.getmembers() if m.isfile()]
         problems += [f"sdist holds {m} outside {top}" for m in members if not m.startswith(top)]
-        problems += sdist_problems([m[len(top):] for m in members if m.startswith(top)], tracked, expected)
+        problems += sdist_problems([m[len(top):] for m in members if m.startswith(top)], tracked)
         if f"{top}PKG-INFO" in members and metadata_version(t.extractfile(f"{top}PKG-INFO").read().decode()) != expected:
             problems.append(f"sdist's PKG-INFO is not of version {expected}")
     return problems
