@@ -55,21 +55,22 @@ def leg_seconds(opts: ScanOptions, racers: int, pairs: int, ready_s: float | Non
     return ready + racers * 2 * pairs * (opts.block_time * TURN_SHARE + ROUNDS_PER_TURN * round_s)
 
 
-def screened(trials: list[Trial]) -> list[Trial]:
+def screening_trials(trials: list[Trial]) -> list[Trial]:
+    """The trials timed alone, one loader each: the screening's (and a fallback's closing rounds)."""
     return [t for t in trials if t.ok and not t.raced and not t.ranks]
 
 
 def ready_seconds(trials: list[Trial]) -> float | None:
     """How long a screening trial took before its first timed block (start-up and warm-up), the
     median; None before one finished."""
-    spans = [t.wall_s - sum(b.seconds for b in t.blocks) for t in screened(trials)]
+    spans = [t.wall_s - sum(b.seconds for b in t.blocks) for t in screening_trials(trials)]
     return statistics.median(spans) if spans else None
 
 
 def round_seconds(trials: list[Trial]) -> float:
     """How long one batch per worker took in the screening trials, the median (0: none measured)."""
     rounds = [sum(b.seconds for b in t.blocks) / batches * max(1, t.config.num_workers)
-              for t in screened(trials) if (batches := sum(b.batches for b in t.blocks))]
+              for t in screening_trials(trials) if (batches := sum(b.batches for b in t.blocks))]
     return statistics.median(rounds) if rounds else 0.0
 
 
