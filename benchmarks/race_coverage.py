@@ -25,6 +25,17 @@ state: benchmarks/RESULTS.md, "Fresh pages").
     python benchmarks/race_coverage.py --races 3 --scans 3 --long-rounds 6 --long-s 8 --out benchmarks/results/race_coverage_allocator.json.gz
     python benchmarks/race_coverage.py --rescore benchmarks/results/race_coverage_allocator.json.gz
 
+Any spec and pair, on any device: ``--spec FILE --batch N --pair A,B`` (configs written as the table
+writes them, ``"w8 pf2 pin non-blocking"``; ``--pair`` again for more pairs), ``--device cuda``
+(the long runs then copy each batch to the GPU as the config's transfer says: ``.to(device)``,
+``non_blocking=True``, or through ``loadtune.CUDAPrefetcher`` for ``stream``), ``--legs`` (the race's
+legs at most), ``--block-time`` (the race's block; a turn is half of it) and ``--deadline-s`` (start
+no race or long round that would end past it, judged by those so far: the file holds what finished):
+
+    python benchmarks/race_coverage.py --spec ../examples/images.py --batch 32 --device cuda --legs 2 \
+        --pair "w8 pf2 pin non-blocking,w4 pf2 pin non-blocking" --races 5 --long-rounds 2 --long-s 2 \
+        --deadline-s 60 --out /tmp/coverage_workers.json
+
 Run alone on the machine.
 """
 
@@ -37,7 +48,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loadtune.analysis.footprint import fresh_page_takers
 from loadtune.analysis.noise import long_run, run_noise
@@ -47,7 +61,7 @@ from loadtune.engine.scan import scan
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
-from loadtune.model.config import TrialConfig
+from loadtune.model.config import DEVICE_TRANSFERS, TrialConfig
 from loadtune.model.estimate import t975
 from loadtune.model.results import ScanResult
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
@@ -57,7 +71,7 @@ from meta import run_meta  # noqa: E402
 from saved import read_json, write_json  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-LEGS = 3  # the race's legs at most (--race-legs 3, the scan's default)
+LEGS = 3  # the race's legs at most, unless --legs says otherwise
 
 
 def worker_config(batch: int, workers: int, persistent: bool = True) -> TrialConfig:
@@ -79,52 +93,97 @@ PAIRS = {  # name: (spec, batch size, worker counts a, b, persistent_workers): n
 DEFAULT_PAIRS = [name for name in PAIRS if name != "images_persistent"]
 
 PLAIN_LOOP = """
-import sys, time, importlib.util, resource, torch
+import json, sys, time, importlib.util, resource, torch
 from torch.utils.data import DataLoader, IterableDataset
 spec = importlib.util.spec_from_file_location("archetype", sys.argv[1]); mod = importlib.util.module_from_spec(spec)
 sys.modules["archetype"] = mod; spec.loader.exec_module(mod)
-ds = mod.dataset(); batch, workers, warm, timed = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-kw = dict(prefetch_factor=2, persistent_workers=sys.argv[6] == "1") if workers else {}
-loader = DataLoader(ds, batch_size=batch, shuffle=not isinstance(ds, IterableDataset), num_workers=workers, **kw)
+ds = mod.dataset(); kwargs, transfer = json.loads(sys.argv[2]), sys.argv[3]
+device, warm, timed = torch.device(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+loader = DataLoader(ds, shuffle=not isinstance(ds, IterableDataset), **kwargs)
+cuda = device.type == "cuda"
+def moved(b, non_blocking):  # what a training loop does: every tensor of the batch to the GPU
+    if isinstance(b, torch.Tensor):
+        return b.to(device, non_blocking=non_blocking)
+    return type(b)(moved(x, non_blocking) for x in b) if isinstance(b, (list, tuple)) else b
+if cuda and transfer == "stream":  # what the recommendation tells you to paste
+    from loadtune import CUDAPrefetcher
+    batches = CUDAPrefetcher(loader, device)
+    move = lambda b: b
+else:
+    batches = loader
+    move = (lambda b: moved(b, transfer == "non_blocking")) if cuda else (lambda b: b)
 step = getattr(mod, "step", None) or (lambda batch: None)  # the spec's consumer, as a trial runs it
+sync = torch.cuda.synchronize if cuda else (lambda: None)
 faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt  # the main process's: see "Fresh pages"
-clock = time.perf_counter; start = None; samples = batches = 0; warm_until = clock() + warm
+clock = time.perf_counter; start = None; samples = batches_timed = 0; warm_until = clock() + warm
 while True:
-    for b in loader:
-        step(b)
+    for b in batches:
+        step(move(b))
         now = clock()
         if start is None:
             if now >= warm_until:
-                start, faulted = now, faults()
+                sync(); start, faulted = clock(), faults()
             continue
         samples += len(b[0]) if isinstance(b, (list, tuple)) else len(b)
-        batches += 1
+        batches_timed += 1
         if now - start >= timed:
-            print(samples / (now - start), (faults() - faulted) / batches); sys.exit(0)
+            sync(); now = clock()
+            print(samples / (now - start), (faults() - faulted) / batches_timed); sys.exit(0)
 """
 
 
-def plain_rate(spec: str, batch: int, workers: int, warm_s: float, timed_s: float, persistent: bool) -> tuple[float, float]:
+def plain_rate(spec: str, config: TrialConfig, device: str, warm_s: float, timed_s: float) -> tuple[float, float]:
     """A long run's samples/s, and the page faults its main process took per batch."""
-    out = subprocess.run([sys.executable, "-c", PLAIN_LOOP, spec, str(batch), str(workers), str(warm_s), str(timed_s),
-                          "1" if persistent else "0"],
+    out = subprocess.run([sys.executable, "-c", PLAIN_LOOP, spec, json.dumps(config.loader_kwargs()), config.transfer, device,
+                          str(warm_s), str(timed_s)],
                          capture_output=True, text=True, check=True, timeout=300)
     rate, faults = out.stdout.strip().splitlines()[-1].split()
     return float(rate), float(faults)
 
 
-def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int) -> dict:
-    opts = ScanOptions()
+def config_of(label: str, batch: int, accelerator: bool) -> TrialConfig:
+    """A config written as the table writes it (``TrialConfig.label``: "w4 pf2 pin persist non-blocking
+    bs32"); ``batch`` where it names no batch size. Without a transfer named, pinned or not, batches
+    are copied plainly (``sync``) to a GPU, and not at all without one."""
+    knobs: dict = {"batch_size": batch, "num_workers": None, "pin_memory": False, "persistent_workers": False,
+                   "transfer": "sync" if accelerator else "none"}
+    transfers = {t.replace("_", "-"): t for t in DEVICE_TRANSFERS}
+    for word in label.split():
+        if word[0] in "wb" and word.lstrip("wbs").isdigit():
+            knobs["num_workers" if word[0] == "w" else "batch_size"] = int(word.lstrip("wbs"))
+        elif word.startswith("pf") and word[2:].isdigit():
+            knobs["prefetch_factor"] = int(word[2:])
+        elif word in ("pin", "persist", "unordered", "fork", "spawn", "forkserver"):
+            key = {"pin": "pin_memory", "persist": "persistent_workers", "unordered": "in_order"}.get(word, "start_method")
+            knobs[key] = word if key == "start_method" else word != "unordered"
+        elif word in transfers and accelerator:
+            knobs["transfer"] = transfers[word]
+        else:
+            raise SystemExit(f"--pair: cannot read {word!r} in {label!r} (a label as the table writes it, on this device)")
+    if knobs["num_workers"] is None:
+        raise SystemExit(f"--pair: {label!r} names no worker count (w0, w4, ...)")
+    config = TrialConfig(**knobs)
+    if config.label(str(config.batch_size)) != " ".join(w for w in label.split() if not w.startswith("bs")) + f" bs{config.batch_size}":
+        raise SystemExit(f"--pair: {label!r} reads as {config.label()!r}; write it as the table does")
+    return config
+
+
+def one_race(spec: str, a: TrialConfig, b: TrialConfig, seed: int, device: str = "cpu", max_legs: int = LEGS,
+             block_s: float | None = None) -> dict:
+    opts = ScanOptions() if block_s is None else ScanOptions(block_time=block_s)
     timing = Timing(warmup_s=opts.warmup, block_s=opts.block_time, blocks=opts.blocks, max_s=opts.timeout * 0.8,
                     min_blocks=opts.min_blocks)
-    request = TrialRequest(a, "cpu", timing, LoaderOptions(shuffle=True, seed=seed), opts.timeout, "fork")
+    request = TrialRequest(a, device, timing, LoaderOptions(shuffle=True, seed=seed), opts.timeout, "fork")
     trials: list = []
     started = time.monotonic()
     run = RaceRun(lambda cs, n: run_leg(SpecRef(spec), request, cs, n, seed * 100 + n), lambda s: True, trials.extend)
-    how = race(trials, [a, b], RacePolicy(NOISE_FLOOR, LEGS), run)
+    how = race(trials, [a, b], RacePolicy(NOISE_FLOOR, max_legs), run)
     r = race_ratio(trials, a, b)
     v = verdict(trials, NOISE_FLOOR)
     by_leg = legs(trials)
+    if r is None:  # a failed leg: no ratio to score
+        return {"ended": how, "seconds": time.monotonic() - started,
+                "errors": [t.error.message for t in trials if t.error is not None][:2]}
     return {"ratio": r.value, "low": r.low, "high": r.high, "pairs": r.pairs, "legs": r.groups, "ended": how,
             "leader": v.leader.label(), "seconds": time.monotonic() - started,
             # each leg's turn pairs' log(a / b), to score another interval rule on the same races
@@ -175,14 +234,119 @@ def rescore(path: Path) -> None:
     print(f"all: {held}/{pairs} ({held / pairs:.0%}), median half-width {statistics.median(halves):.1%}")
 
 
-def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as one procedure
+@dataclass
+class Clock:
+    """``--deadline-s``: a unit of work (a race, a long round, a scan) starts only where one as long as
+    the longest of its kind so far would end before the deadline."""
+
+    deadline: float = math.inf
+    longest: dict = field(default_factory=dict)
+    refused: int = 0  # units not started for the deadline
+
+    def allows(self, kind: str) -> bool:
+        ok = time.monotonic() + self.longest.get(kind, 0.0) <= self.deadline
+        self.refused += not ok
+        return ok
+
+    def timed(self, kind: str, work: Callable[..., Any], *args: Any) -> Any:
+        started = time.monotonic()
+        got = work(*args)
+        self.longest[kind] = max(self.longest.get(kind, 0.0), time.monotonic() - started)
+        return got
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two configs of one spec to race and to run long: ``scans`` need the archetypes' worker counts."""
+
+    name: str
+    spec: str
+    a: TrialConfig
+    b: TrialConfig
+    workers: tuple[int, int] | None = None
+
+
+def pairs_of(args, accelerator: bool) -> list[Pair]:
+    """The archetypes' pairs, or ``--pair``'s on ``--spec``."""
+    if not args.pair:
+        out = []
+        for name in args.archetypes.split(","):
+            path, batch, wa, wb, persistent = PAIRS[name]
+            out.append(Pair(name, str((HERE / path).resolve()), worker_config(batch, wa, persistent),
+                            worker_config(batch, wb, persistent), (wa, wb)))
+        return out
+    if not args.spec:
+        raise SystemExit("--pair needs --spec")
+    spec = str((HERE / args.spec).resolve()) if not Path(args.spec).is_absolute() else args.spec
+    out = []
+    for text in args.pair:
+        labels = text.split(",")
+        if len(labels) != 2:
+            raise SystemExit(f"--pair: two configs, comma-separated, got {text!r}")
+        a, b = (config_of(label, args.batch, accelerator) for label in labels)
+        out.append(Pair(f"{a.label()} / {b.label()}", spec, a, b))
+    return out
+
+
+def measure_pair(pair: Pair, args, clock: Clock, save: Callable[[dict], None]) -> dict:
+    """Races and long runs of ``pair`` alternating (and scans, with ``--scans``), saved after each."""
+    races, rounds, scans = [], [], []
+    a, b = pair.a, pair.b
+    got = {"a": a.label(), "b": b.label(), "a_config": a.to_dict(), "b_config": b.to_dict(), "long_rounds": rounds,
+           "races": races, "scans": scans}
+    for i in range(max(args.races, args.long_rounds, args.scans)):
+        done = len(rounds), len(races)
+        if i < args.long_rounds and clock.allows("long"):
+            order = [(a, "a"), (b, "b")] if i % 2 == 0 else [(b, "b"), (a, "a")]
+            rounds.append(clock.timed("long", long_round, pair.spec, order, args))
+        if i < args.races and clock.allows("race"):
+            races.append(clock.timed("race", one_race, pair.spec, a, b, i, args.device, args.legs, args.block_time))
+        if i < args.scans and pair.workers and clock.allows("scan"):
+            scans.append(clock.timed("scan", one_scan, pair.spec, a.batch_size, *pair.workers, a.persistent_workers, i))
+        print(f"{pair.name} {i + 1}: long {rounds[-1] if len(rounds) > done[0] else '-'} "
+              f"race {races[-1] if len(races) > done[1] else '-'}", flush=True)
+        save({**got, **scored_pair(got)})
+    return {**got, **scored_pair(got)}
+
+
+def long_round(spec: str, order: list[tuple[TrialConfig, str]], args) -> dict:
+    """One long run of each config, in ``order``: their rates and page faults per batch."""
+    runs = {}
+    for config, k in order:
+        runs[k], runs[f"{k}_faults_per_batch"] = plain_rate(spec, config, args.device, args.warm_s, args.long_s)
+    return runs
+
+
+def scored_pair(got: dict) -> dict:
+    """The long runs' ratio with its interval over the rounds, and the races and scans scored against it."""
+    rounds = [r for r in got["long_rounds"] if "a" in r and "b" in r]
+    if not rounds:
+        return {"long_ratio": None, "held": 0, "halfwidths": [], "lean": None,
+                "absolute": {"held": 0, "pairs": 0, "halfwidths": [], "fresh_held": 0, "fresh_pairs": 0}}
+    logs = [math.log(r["a"] / r["b"]) for r in rounds]
+    truth = math.exp(statistics.fmean(logs))
+    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
+    configs = {"a": TrialConfig.from_dict(got["a_config"]), "b": TrialConfig.from_dict(got["b_config"])}
+    races = {k: v for k, v in scored([r for r in got["races"] if "ratio" in r], truth).items() if k != "races"}
+    return {"long_ratio": truth, "long_low": truth * math.exp(-half), "long_high": truth * math.exp(half), **races,
+            "absolute": absolute_scores(got["scans"], rounds, configs)}
+
+
+def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--archetypes", default=",".join(DEFAULT_PAIRS))
+    p.add_argument("--spec", help="a spec file (relative to benchmarks/ or absolute), for --pair")
+    p.add_argument("--batch", type=int, default=32, help="the batch size of --pair's labels that name none")
+    p.add_argument("--pair", action="append", help='two configs as the table writes them: "w8 pf2 pin,w4 pf2 pin"')
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: the races' trials and the long runs on that device")
+    p.add_argument("--legs", type=int, default=LEGS, help="the race's legs at most")
+    p.add_argument("--block-time", type=float, help="the race's block, seconds (a turn is half of it; default: the scan's)")
+    p.add_argument("--deadline-s", type=float, help="start no race, long round or scan that would end past this many seconds")
     p.add_argument("--races", type=int, default=3)
     p.add_argument("--long-rounds", type=int, default=4)
     p.add_argument("--long-s", type=float, default=10.0)
     p.add_argument("--warm-s", type=float, default=3.0)
-    p.add_argument("--scans", type=int, default=0, help="scans of each pair, for the absolute intervals")
+    p.add_argument("--scans", type=int, default=0, help="scans of each pair, for the absolute intervals (archetypes only)")
     p.add_argument("--out")
     p.add_argument("--rescore", type=Path, help="score a saved run's scans again, measure nothing")
     args = p.parse_args()
@@ -190,43 +354,31 @@ def main() -> None:  # noqa: C901 - the benchmark's loop, kept whole to read as 
         return rescore(args.rescore)
     if not args.out:
         p.error("--out is required to measure")
+    if args.device.startswith("cuda"):
+        args.device = args.device if ":" in args.device else "cuda:0"
+    pairs = pairs_of(args, args.device.startswith("cuda"))
+    clock = Clock(time.monotonic() + args.deadline_s if args.deadline_s else math.inf)
     out = {"meta": run_meta(), "command": " ".join(sys.argv), "archetypes": {}}
-    for name in args.archetypes.split(","):
-        path, batch, wa, wb, persistent = PAIRS[name]
-        spec = str((HERE / path).resolve())
-        a, b = worker_config(batch, wa, persistent), worker_config(batch, wb, persistent)
-        races, rounds, scans = [], [], []
-        for i in range(max(args.races, args.long_rounds, args.scans)):
-            if i < args.long_rounds:
-                order = [(wa, "a"), (wb, "b")] if i % 2 == 0 else [(wb, "b"), (wa, "a")]
-                got = {}
-                for w, k in order:
-                    got[k], got[f"{k}_faults_per_batch"] = plain_rate(spec, batch, w, args.warm_s, args.long_s, persistent)
-                rounds.append(got)
-            if i < args.races:
-                races.append(one_race(spec, a, b, i))
-            if i < args.scans:
-                scans.append(one_scan(spec, batch, wa, wb, persistent, i))
-            print(f"{name} {i + 1}: long {rounds[-1] if i < args.long_rounds else '-'} race "
-                  f"{races[-1] if i < args.races else '-'}", flush=True)
-        logs = [math.log(r["a"] / r["b"]) for r in rounds]
-        truth = math.exp(statistics.fmean(logs))
-        half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else math.inf
-        absolute = absolute_scores(scans, rounds, {"a": a, "b": b})
-        out["archetypes"][name] = {"a": a.label(), "b": b.label(), "a_config": a.to_dict(), "b_config": b.to_dict(),
-                                   "long_ratio": truth, "long_low": truth * math.exp(-half), "long_high": truth * math.exp(half),
-                                   "long_rounds": rounds, **scored(races, truth), "scans": scans, "absolute": absolute}
-        held = out["archetypes"][name]["held"]
+
+    def save(name: str, got: dict) -> None:
+        out["archetypes"][name] = got
         out["summary"] = summary(out["archetypes"])
         write_json(args.out, out)
-        print(f"{name}: long-run ratio {truth:.3f} ({truth * math.exp(-half):.3f}–{truth * math.exp(half):.3f}); "
-              f"race intervals holding it: {held}/{len(races)}; long runs inside the scans' intervals: "
-              f"{absolute['held']}/{absolute['pairs']}", flush=True)
-        got = out["archetypes"][name]
-        if races:
-            print(f"  held {got['held']}/{len(races)}, lean {got['lean']:+.1%}, "
-                  f"race {statistics.median(r['seconds'] for r in races):.1f} s", flush=True)
-    print(json.dumps(out["summary"], indent=1))
+
+    for pair in pairs:
+        got = measure_pair(pair, args, clock, lambda partial, name=pair.name: save(name, partial))
+        save(pair.name, got)
+        if got["long_ratio"] is not None:
+            print(f"{pair.name}: long-run ratio {got['long_ratio']:.3f} ({got['long_low']:.3f}–{got['long_high']:.3f}); "
+                  f"race intervals holding it: {got['held']}/{len(got['races'])}; long runs inside the scans' intervals: "
+                  f"{got['absolute']['held']}/{got['absolute']['pairs']}", flush=True)
+        if got["races"] and got["long_ratio"] is not None:
+            print(f"  held {got['held']}/{len(got['races'])}, lean {got['lean']:+.1%}, "
+                  f"race {statistics.median(r['seconds'] for r in got['races']):.1f} s", flush=True)
+    if clock.deadline < math.inf:
+        out["not_started_for_the_deadline"] = clock.refused
+        write_json(args.out, out)
+    print(json.dumps(out.get("summary"), indent=1))
 
 
 def scored(races: list[dict], truth: float) -> dict:
@@ -247,6 +399,7 @@ def races_summary(sets: list[dict]) -> dict:
     return {"held": sum(v["held"] for v in sets), "races": len(races),
             "median_halfwidth": median([h for v in sets for h in v["halfwidths"]]),
             "median_race_seconds": median([r["seconds"] for r in races]),
+            "failed_races": sum("ratio" not in r for r in races),
             "leans": [v.get("lean") for v in sets]}
 
 
@@ -254,7 +407,7 @@ def summary(archetypes: dict) -> dict:
     """The races' coverage and half-widths, the reference's, and the scans' absolute intervals'."""
     got = list(archetypes.values())
     return {**races_summary(got),
-            "median_reference_halfwidth": median([v["long_high"] / v["long_ratio"] - 1 for v in got]),
+            "median_reference_halfwidth": median([v["long_high"] / v["long_ratio"] - 1 for v in got if v.get("long_ratio")]),
             "absolute_held": sum(v["absolute"]["held"] for v in got),
             "absolute_pairs": sum(v["absolute"]["pairs"] for v in got),
             "absolute_fresh_held": sum(v["absolute"].get("fresh_held", 0) for v in got),

@@ -220,7 +220,8 @@ def test_resume_drops_the_rows_that_said_where_the_last_run_stopped(tmp_path):
     from loadtune.engine.plan import prepare, resume_from
 
     out = tmp_path / "budget.json"
-    opts = dict(workers=[0, 1], prefetch=[2], persistent=False, warmup=0.2, block_time=0.1, blocks=3)
+    # no race: a budget this short for one would be refused before any trial (tests/test_budget.py)
+    opts = dict(workers=[0, 1], prefetch=[2], persistent=False, warmup=0.2, block_time=0.1, blocks=3, race_legs=0)
     first = loadtune.scan(str(SPECS / "tiny.py"), json_path=out, budget=0.5, **opts)
     assert any("budget" in s.why for s in first.skipped)  # the first trial would exceed it
     plan = prepare(str(SPECS / "tiny.py"), budget=600, **opts)

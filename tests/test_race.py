@@ -319,7 +319,8 @@ def test_a_screening_trial_times_six_blocks_at_most_after_half_the_warmup_only_w
     """The race decides between the contenders, so their screening runs stop at 6 blocks, after half the
     warm-up; without a race the screening's figures decide, and ``--blocks`` and ``--warmup`` hold.
     ``--min-blocks`` always holds."""
-    from loadtune.engine.scan import SCREEN_BLOCKS, screening
+    from loadtune.analysis.budget import SCREEN_BLOCKS
+    from loadtune.engine.scan import screening
     from loadtune.engine.trial.setup import Timing
     from loadtune.model.settings import ScanOptions
 

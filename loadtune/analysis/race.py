@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from loadtune.analysis.budget import RaceClock, narrowing
 from loadtune.analysis.comparison import UNDECIDED, Comparison, after_more, compare
 from loadtune.analysis.footprint import fault_regimes
 from loadtune.analysis.noise import RunNoise, alone, long_run, run_noise
@@ -287,10 +288,12 @@ def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None,
 
 
 def precision_note(trials: list[Trial], pick: TrialConfig, wide: float, pairs: int, legs_run: int,
-                   apart: frozenset[TrialConfig] = frozenset()) -> str | None:
+                   apart: frozenset[TrialConfig] = frozenset(), clock: RaceClock | None = None) -> str | None:
     """What a race that stopped before every ratio to the pick was within ``wide`` says: how wide each
-    is, and how many more legs would narrow it (or that more legs are not the cure). ``apart``: configs
-    whose standing rests on a state the scan did not set (``unsettled``): more legs are not their cure."""
+    is, how many more legs would narrow it (or that more legs are not the cure), and what gives the
+    race those legs (``budget.narrowing``: with ``clock``, the ``--race-legs`` and ``--budget`` that hold
+    them at the legs' measured length). ``apart``: configs whose standing rests on a state the scan did
+    not set (``unsettled``): more legs are not their cure."""
     loose = {c: r for c, r in relative_to(trials, pick).items() if r.halfwidth > wide and c not in apart}
     if not loose:
         return None
@@ -301,7 +304,7 @@ def precision_note(trials: list[Trial], pick: TrialConfig, wide: float, pairs: i
                 else "more legs would barely narrow it: its turns spread too widely")
         parts.append(f"{c.label()} {r.text()}, ±{r.halfwidth:.0%}: {cure}")
     most = max((m for m in needed.values() if m is not None), default=None)
-    hint = f" (--race-legs {legs_run + most}, or a --budget that allows them)" if most else ""
+    hint = narrowing(most, legs_run, clock) if most else ""
     return (f"the race stopped before its ratios to the pick {pick.label()} were within ±{wide:.0%}: "
             + "; ".join(parts) + hint)
 
@@ -336,11 +339,16 @@ class RacePolicy:
         if current is None:
             return entrants
         raced = raced_configs(trials)
-        if self.legs_run(trials) < min(self.min_legs, self.max_legs):
+        if self.legs_run(trials) < self.first_legs:
             return raced
         pick = pick if pick in raced else current.leader
         return next_leg(current, self.wide, self.floor, self.pairs_per_leg, pick, relative_to(trials, pick),
                         self.max_legs - self.legs_run(trials))
+
+    @property
+    def first_legs(self) -> int:
+        """The legs every raced config runs before the race may decide (``max_legs`` permitting)."""
+        return min(self.min_legs, self.max_legs)
 
     @staticmethod
     def legs_run(trials: list[Trial]) -> int:

@@ -94,7 +94,7 @@ def scan(
     start_method: Optional[str] = typer.Option(None, "--start-method", help="worker start methods to compare, e.g. fork,spawn (default: the "
                                                                             "platform's)"),
     grid: bool = typer.Option(False, "--grid", help="measure every combination instead of the adaptive search"),
-    budget: Optional[float] = typer.Option(None, help="seconds for the whole scan; no trial starts past it (default: none)"),
+    budget: Optional[float] = typer.Option(None, help="seconds for the whole scan (refused if too short for a race); no trial starts past it"),
     confirm: Optional[int] = typer.Option(
         None, help="rounds re-measuring the contenders side by side with several ranks; 0: none, and no race (default: 1)"),
     race_legs: Optional[int] = typer.Option(

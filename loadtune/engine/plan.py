@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from loadtune.analysis.race import can_race
+from loadtune.analysis.budget import RaceNeeds, race_needs, too_short
+from loadtune.analysis.race import RacePolicy, can_race
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine import machine as machine_mod
 from loadtune.engine import probe as probe_mod
@@ -109,9 +110,33 @@ def prepare(dataset_or_spec: Any, **overrides: Any) -> Plan:
     checks = check_knobs(spec, [c.loader_kwargs() for c in dict.fromkeys([configs[0], configs[-1], *references])])
     result = ScanResult(spec=spec_info(spec), machine=info, settings=settings, skipped=loader_skips + skips)
     result.notes += spec.notes + checks + rank_notes(ranks)
+    plan = Plan(source, spec, opts, info, device, strategy, result)
+    check_budget(plan)  # before the device is measured: a refusal costs nothing
     measure_device(result, device, opts.step_ms, ranks, source)
     result.notes += busy_notes(info)
-    return Plan(source, spec, opts, info, device, strategy, result)
+    return plan
+
+
+def check_budget(plan: Plan) -> None:
+    """Refuse a ``--budget`` that cannot hold the screening's trials before a race is possible and the
+    race's first legs (``analysis.budget``): within it the scan would answer from trials timed alone."""
+    opts = plan.options
+    if not opts.budget or not races(opts):
+        return
+    needs = race_needs_of(plan)
+    if needs is not None and not needs.allows(opts.budget):
+        raise OptionsError(too_short(opts.budget, needs))
+
+
+def race_needs_of(plan: Plan) -> RaceNeeds | None:
+    """What the plan's budget must hold for a race right after the fewest screening trials (those
+    configs racing), from its options; None where the plan has one config, and no race to run."""
+    opts, settings = plan.options, plan.result.settings
+    if len(set(settings.planned or []) | set(settings.references)) < 2:
+        return None
+    policy = race_policy(opts)
+    first = max(2, len(plan.strategy.first_trials()))
+    return race_needs(opts, first, min(policy.racers, first), policy.first_legs, policy.pairs_per_leg)
 
 
 def load_source(dataset_or_spec: Any, overrides: dict) -> tuple[LoadedSpec, SpecRef | LoadedSpec]:
@@ -306,6 +331,11 @@ def make_strategy(
 def races(opts: ScanOptions) -> bool:
     """The contenders are raced side by side (``engine/race.py``) where the race can run (``can_race``)."""
     return can_race(opts.race_legs, opts.confirm, opts.nproc_per_node * opts.nnodes)
+
+
+def race_policy(opts: ScanOptions) -> RacePolicy:
+    """How the scan's race is run: the noise floor its verdicts test against, ``--race-legs`` legs at most."""
+    return RacePolicy(opts.noise_floor, opts.race_legs)
 
 
 def confirm_rounds(opts: ScanOptions) -> int:

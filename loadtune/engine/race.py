@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from loadtune.analysis.budget import TURN_SHARE, WARMUP_SHARE
 from loadtune.analysis.race import PAIRS_PER_LEG, RacePolicy, RaceVerdict, verdict
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.duet import SideEntry, run_in_turns
@@ -33,12 +34,6 @@ from loadtune.engine.trial.paired import race_orders
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.config import TrialConfig
 from loadtune.model.trial import Trial
-
-# of the scan's warm-up, per raced loader and per screening trial the race follows: its start-up backlog is
-# drained whatever this is
-WARMUP_SHARE = 0.5
-# a turn's length, as a share of the scan's block: a leg times PAIRS_PER_LEG turn pairs per config
-TURN_SHARE = 0.5
 
 
 def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[TrialConfig], number: int,

@@ -20,10 +20,11 @@ from loadtune.engine import calibration
 from loadtune.engine import stages as stages_mod
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
-from loadtune.analysis.race import RacePolicy, precision_note, unsettled_configs, unsettled_note
+from loadtune.analysis.budget import STARTUP_S, WARMUP_SHARE, RaceClock, mean_leg_s, measured_leg_s, screening_blocks
+from loadtune.analysis.race import precision_note, unsettled_configs, unsettled_note
 from loadtune.analysis.race import verdict as race_verdict
-from loadtune.engine.plan import Plan, prepare, races, resume_from
-from loadtune.engine.race import WARMUP_SHARE, RaceRun, ending_note, race, run_leg
+from loadtune.engine.plan import Plan, prepare, race_policy, races, resume_from
+from loadtune.engine.race import RaceRun, ending_note, race, run_leg
 from loadtune.engine.reference import record_reference
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.setup import LoaderOptions, scan_timing
@@ -36,10 +37,6 @@ from loadtune.model.trial import Trial
 from loadtune.model.settings import ScanOptions
 from loadtune.search.race import entrants, race_memory_limit
 
-# with a race after it, a screening trial times this many blocks at most (unless --min-blocks asks more),
-# after a raced loader's share of the warm-up (``race.WARMUP_SHARE``): it only has to find who races, and
-# the race decides between them side by side
-SCREEN_BLOCKS = 6
 NO_REFERENCE = "no reference for check"  # how the notes that say why none was recorded begin
 NO_PROFILE_WITH_RANKS = ("no stage profile or bound with several ranks: the profile models one loader, and ranks share "
                          "the node's cores in ways it does not (the table's slowest rank is the figure)")
@@ -69,7 +66,7 @@ def workload_of(result: ScanResult) -> StepWorkload | None:
 def expected_trial_s(result: ScanResult, opts: ScanOptions) -> float:
     """How long the next trial will likely take: the median so far, else a guess from the options."""
     walls = [t.wall_s for t in result.trials]
-    return statistics.median_high(walls) if walls else 2.0 + opts.warmup + opts.block_time * opts.min_blocks
+    return statistics.median_high(walls) if walls else STARTUP_S + opts.warmup + opts.block_time * opts.min_blocks
 
 
 def oom_batch_size(result: ScanResult) -> int | None:
@@ -88,10 +85,31 @@ class Run:
     observer: ScanObserver | None
     started: float = field(default_factory=time.monotonic)
 
-    def fits(self, trials: float) -> bool:
-        """``trials`` more trials of the usual length fit in the budget (always, without one)."""
+    def fits(self, trials: float, keep_s: float = 0.0) -> bool:
+        """``trials`` more trials of the usual length fit in the budget (always, without one), ``keep_s``
+        seconds kept besides (the race's first legs: ``race_reserve``)."""
         opts = self.plan.options
-        return not opts.budget or time.monotonic() - self.started + trials * expected_trial_s(self.plan.result, opts) <= opts.budget
+        return not opts.budget or (time.monotonic() - self.started + trials * expected_trial_s(self.plan.result, opts)
+                                   + keep_s <= opts.budget)
+
+    @property
+    def spent_s(self) -> float:
+        return time.monotonic() - self.started
+
+
+def race_reserve(run: Run) -> float:
+    """The seconds the screening keeps for the race's first legs (those a verdict needs) once a race is
+    possible, at the length the screening's trials measured (``budget.measured_leg_s``); none without a
+    budget or a race. A budget the screening filled would leave no race (``analysis/budget.py``)."""
+    result, opts = run.plan.result, run.plan.options
+    if not opts.budget or not races(opts):
+        return 0.0
+    policy = race_policy(opts)
+    racers = len(entrants(result, opts.noise_floor, race_memory_limit(opts.max_memory, run.plan.machine.memory_available_bytes),
+                          policy.racers).configs)
+    if racers < 2:
+        return 0.0
+    return policy.first_legs * measured_leg_s(opts, result.trials, racers, policy.pairs_per_leg)
 
 
 def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObserver | None = None) -> ScanResult:
@@ -178,8 +196,11 @@ def search(run: Run) -> None:
             result.skipped.append(Skip(config.label(), f"CUDA out of memory at batch size {oom}", config.key))
             run.save()
             continue
-        if not run.fits(2):  # the next trial and the closing calibration must both fit
-            result.skipped.append(Skip(f"{len(proposals)}+ more trials", f"the {opts.budget:g} s budget would be exceeded"))
+        keep = race_reserve(run)
+        if not run.fits(2, keep):  # the next trial and the closing calibration must both fit, and the race's first legs
+            why = (f"the {opts.budget:g} s budget would be exceeded" if not keep or not run.fits(2) else
+                   f"the {opts.budget:g} s budget keeps about {keep:.0f} s for the race's first legs")
+            result.skipped.append(Skip(f"{len(proposals)}+ more trials", why))
             return
         if observer:
             observer.trial_started(len(result.trials), config, round_)
@@ -199,7 +220,7 @@ def race_contenders(run: Run) -> None:
     result, opts, observer = run.plan.result, run.plan.options, run.observer
     if not races(opts):
         return
-    policy = RacePolicy(opts.noise_floor, opts.race_legs)
+    policy = race_policy(opts)
     chosen = entrants(result, opts.noise_floor, race_memory_limit(opts.max_memory, run.plan.machine.memory_available_bytes),
                       policy.racers)
     if chosen.left_out:
@@ -219,17 +240,19 @@ def race_contenders(run: Run) -> None:
         if observer:
             observer.race_finished(trials, result)
 
-    fits = lambda seconds: not opts.budget or time.monotonic() - run.started + seconds + expected_trial_s(result, opts) <= opts.budget
+    fits = lambda seconds: not opts.budget or run.spent_s + seconds + expected_trial_s(result, opts) <= opts.budget
     pick = lambda: result.recommendation.config if result.recommendation else None
-    how = race(result.trials, chosen.configs, policy, RaceRun(leg, fits, recorded, expected_trial_s(result, opts), pick))
+    share = measured_leg_s(opts, result.trials, len(chosen.configs), policy.pairs_per_leg) / max(1, len(chosen.configs))
+    how = race(result.trials, chosen.configs, policy, RaceRun(leg, fits, recorded, share, pick))
     if how == "budget" and not any(t.raced for t in result.trials):
         result.notes.append(f"no race: its first leg would exceed the {opts.budget:g} s budget; the pick comes from "
                             "the screening's trials, each timed alone")
     final = race_verdict(result.trials, opts.noise_floor)
     notes = [ending_note(how, final, opts.race_legs), unsettled_note(result.trials, final)]
     if pick() is not None and any(t.raced for t in result.trials):
+        clock = RaceClock(mean_leg_s(result.trials), run.spent_s, opts.budget, opts.race_legs, expected_trial_s(result, opts))
         notes.append(precision_note(result.trials, pick(), policy.wide, policy.pairs_per_leg, policy.legs_run(result.trials),
-                                    unsettled_configs(final)))
+                                    unsettled_configs(final), clock))
     result.notes += [n for n in notes if n and n not in result.notes]
 
 
@@ -241,7 +264,7 @@ def run_quietly(run: Run, config: TrialConfig, round_: int) -> Trial:
     on_event = observer.trial_event if observer else None
     request = screening(run.request_for(config), run.plan.options)
     trial = run_trial(run.plan.source, request, on_event)
-    if not (trial.ok and disturbed(trial.load, run.plan.options.noise_floor)) or not run.fits(2):
+    if not (trial.ok and disturbed(trial.load, run.plan.options.noise_floor)) or not run.fits(2, race_reserve(run)):
         return trial
     if observer:
         observer.trial_started(len(result.trials), config, round_)
@@ -252,14 +275,14 @@ def run_quietly(run: Run, config: TrialConfig, round_: int) -> Trial:
 
 
 def screening(request: TrialRequest, opts: ScanOptions) -> TrialRequest:
-    """A trial of the search: at most ``SCREEN_BLOCKS`` blocks, after half the warm-up, where the race
+    """A trial of the search: at most ``budget.SCREEN_BLOCKS`` blocks, after half the warm-up, where the race
     follows it. Its figure places the config on the curve and chooses who races; a config that races
     is ranked by the race, and its absolute figure and interval (from its runs alone) carry the
     between-run spread, which more blocks of one run do not narrow."""
     if not races(opts):
         return request
     timing = request.timing
-    blocks = max(timing.min_blocks, min(timing.blocks, SCREEN_BLOCKS))
+    blocks = screening_blocks(timing.blocks, timing.min_blocks)
     return replace(request, timing=replace(timing, blocks=blocks, warmup_s=timing.warmup_s * WARMUP_SHARE))
 
 

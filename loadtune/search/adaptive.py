@@ -83,6 +83,16 @@ class AdaptiveSearch:
             return [Proposal(c) for c in refine]
         return heap_trials(result) or closing_rounds(result, self.rounds, self.noise_floor, self.seed)
 
+    def first_trials(self) -> list[TrialConfig]:
+        """The references, then the sweep up to its first count with workers: its first steps do not
+        depend on what they measure (a count without workers is no step of the curve)."""
+        sweep = []
+        for workers in sorted(set(self.space.workers)):
+            sweep.append(self.base(self.sweep_batch, workers))
+            if workers:
+                break
+        return list(dict.fromkeys(self.references + sweep))
+
     def sweep(self, batch_size: int, done: dict, skipped: set[str]) -> TrialConfig | None:
         """The next worker count to measure at this batch size, or None when the sweep is over."""
         grid = sorted(set(self.space.workers))

@@ -24,6 +24,15 @@ class GridSearch:
         pending = [Proposal(c) for c in self.configs if c not in done]
         return pending or heap_trials(result) or closing_rounds(result, self.rounds, self.noise_floor, self.seed)
 
+    def first_trials(self) -> list[TrialConfig]:
+        """Its shuffled order up to where PyTorch's defaults and a config with workers have both run."""
+        out: list[TrialConfig] = []
+        for config in self.configs:
+            out.append(config)
+            if any(c.is_pytorch_default for c in out) and any(c.num_workers for c in out):
+                break
+        return out
+
     def notes(self, result: ScanResult) -> list[Skip]:
         return []  # the grid measures everything it was given
 

@@ -44,6 +44,10 @@ class Strategy(Protocol):
     def propose(self, result: ScanResult) -> list[Proposal]:
         """The trials still wanted, first one first; empty when the search is done."""
 
+    def first_trials(self) -> list[TrialConfig]:
+        """The trials it runs whatever they measure before a race is possible: PyTorch's defaults and a
+        config with workers among them (what a ``--budget`` must hold before the race's legs)."""
+
     def notes(self, result: ScanResult) -> list[Skip]:
         """Knob values the search chose not to measure, and why (shown as skipped rows)."""
 
