@@ -17,7 +17,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from loadtune.model.settings import ScanOptions
+from loadtune.model.settings import BURSTS, ScanOptions
 from loadtune.model.trial import Trial
 
 # a trial process's start before its warm-up (the fork, imports, the workers, a CUDA context), allowed
@@ -32,8 +32,9 @@ TURN_SHARE = 0.5
 # after a raced loader's share of the warm-up: it only has to find who races, and the race decides
 # between them side by side
 SCREEN_BLOCKS = 6
-# what a turn takes beyond its length, in rounds of one batch per worker: one untimed (a rest leaves
-# caches cold), and half of one on average where the timed part is rounded up to whole rounds
+# what a turn takes beyond its timed part (its length, ``BURSTS`` rounds of one batch per worker at
+# least), in rounds: one untimed (a rest leaves caches cold), and half of one on average where the
+# timed part is rounded up to whole rounds
 ROUNDS_PER_TURN = 1.5
 
 
@@ -49,10 +50,10 @@ def screening_trial_s(opts: ScanOptions) -> float:
 
 def leg_seconds(opts: ScanOptions, racers: int, pairs: int, ready_s: float | None = None, round_s: float = 0.0) -> float:
     """A leg's length: the racers start and warm up together (``ready_s``; from the options where not
-    measured), then each times ``2 × pairs`` turns of half a block, one racer at a time, each turn
-    ``ROUNDS_PER_TURN`` rounds of one batch per worker (``round_s``) longer."""
+    measured), then each times ``2 × pairs`` turns of half a block and ``BURSTS`` rounds of one batch
+    per worker (``round_s``) at least, one racer at a time, each turn ``ROUNDS_PER_TURN`` rounds longer."""
     ready = STARTUP_S + opts.warmup * WARMUP_SHARE if ready_s is None else ready_s
-    return ready + racers * 2 * pairs * (opts.block_time * TURN_SHARE + ROUNDS_PER_TURN * round_s)
+    return ready + racers * 2 * pairs * (max(opts.block_time * TURN_SHARE, BURSTS * round_s) + ROUNDS_PER_TURN * round_s)
 
 
 def screening_trials(trials: list[Trial]) -> list[Trial]:

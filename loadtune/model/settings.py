@@ -12,6 +12,7 @@ from typing import Any
 from loadtune.model.known import from_known
 
 NOISE_FLOOR = 0.02  # medians this close (relative) are treated as equal whatever the intervals say
+BURSTS = 4  # rounds of one batch per worker a timed block (a trial's, a race turn's) spans at least
 
 # Options a file may lack, read as what the scans written before them did where that differs from
 # today's default: before early stopping a trial measured every block.

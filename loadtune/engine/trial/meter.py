@@ -29,11 +29,11 @@ from loadtune.engine.trial.transfer import batch_size_of
 from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.batch import BatchSizes
 from loadtune.model.config import TrialConfig
+from loadtune.model.settings import BURSTS
 from loadtune.model.trial import Block
 
 ALIGN_EPOCHS_UP_TO = 4  # epochs up to this many block lengths are measured whole
 RESTART_SHARE = 0.02  # ...and longer ones too when restarting the workers costs this share of an epoch
-BURSTS = 4  # rounds of one batch per worker a timed block spans at least (``burst_batches``)
 
 
 class SampleCounter:
@@ -103,9 +103,9 @@ class SizeTally:
 def burst_batches(workers: int) -> int:
     """The fewest batches a timed block (a trial's or a race turn's) holds: ``BURSTS`` rounds of one
     batch per worker. Workers deliver in bursts, and a block of one or two rounds times the luck of
-    where its ends fell among them: 16 workers waiting on jittery storage read a median deviation of
-    15% between blocks of two rounds and 0.4% between blocks of four, 8 CPU-bound workers on two cores
-    18% and 0.3% (benchmarks/RESULTS.md, "Many workers")."""
+    where its ends fell among them: loaders of 16-64 workers waiting on jittery storage read blocks
+    7-15% apart (median deviation) in rounds of two and 4-7% in rounds of four, and a race of two
+    identical 64-worker loaders ended at +-19% instead of +-5% (benchmarks/RESULTS.md, "Many workers")."""
     return max(1, BURSTS * workers)
 
 
