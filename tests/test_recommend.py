@@ -319,3 +319,22 @@ def test_persistent_saving_inside_the_noise_is_none_of_it():
     configs = by_config([trial(cfg(2, persist=False), scaled(NOISY, 4.0)), trial(cfg(2, persist=True), scaled(NOISY, 4.04))])
     assert persistent_saving(configs, cfg(2, persist=True), 800).seconds == 0.0  # not "-0.02 s per epoch"
     assert persistent_saving(by_config([trial(cfg(2, persist=True), NOISY)]), cfg(2, persist=True), 800) is None
+
+
+@pytest.mark.parametrize("low, high, said", [(1.05, 1.30, "win: 1.20×"), (0.82, 2.42, "cannot be told apart from 1.20×")])
+def test_defaults_that_are_the_pick_win_only_where_the_interval_clears_a_tie(low, high, said):
+    import dataclasses
+    import json
+
+    from conftest import FIXTURES
+
+    from loadtune.analysis.noise import run_noise
+    from loadtune.model.results import ScanResult, Versus
+    from loadtune.report.gain import gain_text
+
+    result = ScanResult.from_dict(json.loads((FIXTURES / "tiny_scan.json").read_text()))  # its pick: PyTorch's defaults
+    rival = next(c.config for c in result.configs if c.config.num_workers == 2)
+    rec = dataclasses.replace(result.recommendation, versus=Versus(rival, 1.2, low, high, pairs=9))
+    text = gain_text(result, rec, run_noise(result.configs))
+    assert said in text and f"95% interval {low:.2f}×–{high:.2f}×" in text
+    assert ("win" in text) == (low > 1)  # a tie is never called a win

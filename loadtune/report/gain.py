@@ -32,9 +32,13 @@ def gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
         side = f", side by side in the race ({versus.pairs} turn pairs)"
     else:
         side = f", side by side in {versus.rounds} round{'s' if versus.rounds != 1 else ''}" if versus.rounds else ""
-    return (f"PyTorch's defaults (num_workers=0) win: {versus.value:.2f}× the best config with workers "
-            f"({result.label(versus.config)}{side}, 95% interval {versus.low:.2f}×–{versus.high:.2f}×); "
-            "handing samples between processes costs more than producing them here.\n")
+    figures = f"{versus.value:.2f}× the best config with workers ({result.label(versus.config)}{side}, 95% interval " \
+              f"{versus.low:.2f}×–{versus.high:.2f}×)"
+    if versus.low <= 1.0:  # the interval holds a tie: the defaults are the pick as the cheapest, not as the winner
+        return (f"PyTorch's defaults (num_workers=0) cannot be told apart from {figures}, and need no workers: "
+                "the cheapest of the fastest.\n")
+    return (f"PyTorch's defaults (num_workers=0) win: {figures}; handing samples between processes costs more "
+            "than producing them here.\n")
 
 
 def unsettled_text(rec, who: str) -> str:
