@@ -89,8 +89,7 @@ class Run:
         """``trials`` more trials of the usual length fit in the budget (always, without one), ``keep_s``
         seconds kept besides (the race's first legs: ``race_reserve``)."""
         opts = self.plan.options
-        return not opts.budget or (time.monotonic() - self.started + trials * expected_trial_s(self.plan.result, opts)
-                                   + keep_s <= opts.budget)
+        return not opts.budget or self.spent_s + trials * expected_trial_s(self.plan.result, opts) + keep_s <= opts.budget
 
     @property
     def spent_s(self) -> float:
