@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -53,15 +54,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch.utils.data import DataLoader
+
 from loadtune.analysis.footprint import fresh_page_takers
 from loadtune.analysis.noise import long_run, run_noise
 from loadtune.analysis.race import RacePolicy, legs, pair_logs, race_ratio, verdict
 from loadtune.engine.race import RaceRun, race, run_leg
 from loadtune.engine.scan import scan
-from loadtune.engine.spec import SpecRef
+from loadtune.engine.spec import SpecRef, load_spec
 from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
-from loadtune.model.config import DEVICE_TRANSFERS, TrialConfig
+from loadtune.model.config import DEVICE_TRANSFERS, TrialConfig, heap_for
 from loadtune.model.estimate import t975
 from loadtune.model.results import ScanResult
 from loadtune.model.settings import NOISE_FLOOR, ScanOptions
@@ -74,23 +78,40 @@ HERE = Path(__file__).resolve().parent
 LEGS = 3  # the race's legs at most, unless --legs says otherwise
 
 
-def worker_config(batch: int, workers: int, persistent: bool = True) -> TrialConfig:
-    return TrialConfig(batch, workers, False, 2 if workers else None, persistent and bool(workers))
+def worker_config(batch: int, workers: int, persistent: bool = True, heap: int | None = None) -> TrialConfig:
+    return TrialConfig(batch, workers, False, 2 if workers else None, persistent and bool(workers), heap=heap)
 
 
-PAIRS = {  # name: (spec, batch size, worker counts a, b, persistent_workers): neighbours a scan weighs
-    "cpu_bound": ("archetypes/cpu_bound.py", 32, 1, 2, True),
-    "heavy_tail": ("archetypes/heavy_tail.py", 32, 2, 4, True),
-    "iterable": ("archetypes/iterable.py", 32, 0, 2, True),
-    "large_tensors": ("archetypes/large_tensors.py", 32, 0, 2, True),
-    "storage_latency": ("archetypes/storage_latency.py", 32, 16, 32, True),
-    "tiny_dataset": ("archetypes/tiny_dataset.py", 16, 0, 2, True),
+def heap_of(spec: str, batch: int) -> int:
+    """The heap setting a scan gives a loader without workers on ``spec`` (``model.config.heap_for``),
+    from one collated batch's bytes."""
+    loaded = load_spec(spec)
+    loader = DataLoader(loaded.dataset, batch_size=batch, collate_fn=loaded.collate_fn)
+    first = next(iter(loader))
+    nbytes = sum(t.nbytes for t in (first if isinstance(first, (list, tuple)) else [first]) if isinstance(t, torch.Tensor))
+    return heap_for(nbytes)
+
+
+# name: (spec, batch size, worker counts a, b, persistent_workers, a with the heap setting): neighbours a scan weighs
+PAIRS = {
+    "cpu_bound": ("archetypes/cpu_bound.py", 32, 1, 2, True, False),
+    "heavy_tail": ("archetypes/heavy_tail.py", 32, 2, 4, True, False),
+    "iterable": ("archetypes/iterable.py", 32, 0, 2, True, False),
+    # a loader without workers and 19 MiB batches: the scan races it with the heap setting (plain, its speed
+    # follows its allocator's state, and the race gives it no verdict)
+    "large_tensors": ("archetypes/large_tensors.py", 32, 0, 2, True, True),
+    "storage_latency": ("archetypes/storage_latency.py", 32, 16, 32, True, False),
+    "tiny_dataset": ("archetypes/tiny_dataset.py", 16, 0, 2, True, False),
     # the README's example: no workers beside workers restarted every epoch (about 7 s)
-    "images_no_persistent": ("../examples/images.py", 32, 0, 2, False),
-    # the same pair with persistent workers: what the restarts add to the one above (not in the default set)
-    "images_persistent": ("../examples/images.py", 32, 0, 2, True),
+    "images_no_persistent": ("../examples/images.py", 32, 0, 2, False, False),
+    # 96 MiB batches: past glibc's moving mmap threshold, a loader without workers maps each afresh
+    "large_batches": ("archetypes/large_batches.py", 32, 0, 2, True, True),
+    # not in the default set: the README's pair with persistent workers (what the restarts add to the one
+    # above), and large_tensors' plain w0 (its two allocator states; the races before the heap setting)
+    "images_persistent": ("../examples/images.py", 32, 0, 2, True, False),
+    "large_tensors_plain": ("archetypes/large_tensors.py", 32, 0, 2, True, False),
 }
-DEFAULT_PAIRS = [name for name in PAIRS if name != "images_persistent"]
+DEFAULT_PAIRS = [name for name in PAIRS if name not in ("images_persistent", "large_tensors_plain")]
 
 PLAIN_LOOP = """
 import json, sys, time, importlib.util, resource, torch
@@ -136,12 +157,12 @@ def plain_rate(spec: str, config: TrialConfig, device: str, warm_s: float, timed
     """A long run's samples/s, and the page faults its main process took per batch."""
     out = subprocess.run([sys.executable, "-c", PLAIN_LOOP, spec, json.dumps(config.loader_kwargs()), config.transfer, device,
                           str(warm_s), str(timed_s)],
-                         capture_output=True, text=True, check=True, timeout=300)
+                         env={**os.environ, **config.environment}, capture_output=True, text=True, check=True, timeout=300)
     rate, faults = out.stdout.strip().splitlines()[-1].split()
     return float(rate), float(faults)
 
 
-def config_of(label: str, batch: int, accelerator: bool) -> TrialConfig:
+def config_of(label: str, batch: int, accelerator: bool, heap: int | None = None) -> TrialConfig:
     """A config written as the table writes it (``TrialConfig.label``: "w4 pf2 pin persist non-blocking
     bs32"); ``batch`` where it names no batch size. Without a transfer named, pinned or not, batches
     are copied plainly (``sync``) to a GPU, and not at all without one."""
@@ -156,6 +177,8 @@ def config_of(label: str, batch: int, accelerator: bool) -> TrialConfig:
         elif word in ("pin", "persist", "unordered", "fork", "spawn", "forkserver"):
             key = {"pin": "pin_memory", "persist": "persistent_workers", "unordered": "in_order"}.get(word, "start_method")
             knobs[key] = word if key == "start_method" else word != "unordered"
+        elif word == "heap":
+            knobs["heap"] = heap
         elif word in transfers and accelerator:
             knobs["transfer"] = transfers[word]
         else:
@@ -271,8 +294,9 @@ def pairs_of(args, accelerator: bool) -> list[Pair]:
     if not args.pair:
         out = []
         for name in args.archetypes.split(","):
-            path, batch, wa, wb, persistent = PAIRS[name]
-            out.append(Pair(name, str((HERE / path).resolve()), worker_config(batch, wa, persistent),
+            path, batch, wa, wb, persistent, heap = PAIRS[name]
+            spec = str((HERE / path).resolve())
+            out.append(Pair(name, spec, worker_config(batch, wa, persistent, heap_of(spec, batch) if heap else None),
                             worker_config(batch, wb, persistent), (wa, wb)))
         return out
     if not args.spec:
@@ -283,7 +307,8 @@ def pairs_of(args, accelerator: bool) -> list[Pair]:
         labels = text.split(",")
         if len(labels) != 2:
             raise SystemExit(f"--pair: two configs, comma-separated, got {text!r}")
-        a, b = (config_of(label, args.batch, accelerator) for label in labels)
+        heap = heap_of(spec, args.batch) if "heap" in text.replace(",", " ").split() else None
+        a, b = (config_of(label, args.batch, accelerator, heap) for label in labels)
         out.append(Pair(f"{a.label()} / {b.label()}", spec, a, b))
     return out
 

@@ -30,16 +30,17 @@ def test_doctor_without_a_gpu_says_so_and_prints_the_rest(tmp_path):
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "no GPU" in text
-    for what in ("cores", "usable", "RAM", "/dev/shm", "torch", "start method"):
+    for what in ("cores", "usable", "RAM", "/dev/shm", "torch", "start method", "CPU pace", "between adjacent tenths"):
         assert what in text
     data = json.loads((tmp_path / "d.json").read_text())
     assert data["schema"] == "loadtune/doctor" and data["gpus"] == [] and data["gpu_note"].startswith("no GPU")
+    assert data["cpu_pace"]["pairs"] >= 2 and data["cpu_pace"]["spread"] >= 0  # measured by default
     assert data["machine"]["usable_cores"] >= 1 and data["machine"]["memory_total_bytes"] > 0
 
 
 @pytest.mark.slow
 def test_doctor_refuses_an_unwritable_json_path_with_exit_2(tmp_path):
-    out = run_cli("doctor", "--no-bandwidth", "--json", tmp_path / "missing" / "d.json")
+    out = run_cli("doctor", "--no-bandwidth", "--no-pace", "--json", tmp_path / "missing" / "d.json")
     assert out.returncode == 2 and "does not exist" in out.stderr
 
 

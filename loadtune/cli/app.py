@@ -301,11 +301,13 @@ def check_drawings(scans: int, plot: Optional[Path], html: Optional[Path]) -> No
 def doctor(
     json_path: Optional[Path] = typer.Option(None, "--json", help="also save the findings here as JSON"),
     bandwidth: bool = typer.Option(True, "--bandwidth/--no-bandwidth", help="measure host<->device copy rates (a few seconds per GPU)"),
+    pace: bool = typer.Option(True, "--pace/--no-pace", help="measure how steady the CPU's pace is (5 s of every usable core)"),
     verify: bool = typer.Option(False, "--verify", help="self-test the GPU path loadtune's figures depend on: PASS/FAIL per "
                                 "check (--json saves them); exit 1 when one fails, 3 without a CUDA device"),
     format_: str = typer.Option("table", "--format", help="table, or json: the findings on stdout (for a pipe), nothing else there"),
 ) -> None:
-    """What this machine offers: cores, RAM, /dev/shm, versions, GPUs, PCIe links and measured copy rates."""
+    """What this machine offers: cores, RAM, /dev/shm, versions, how steady the CPU's pace is, GPUs, PCIe links
+    and measured copy rates."""
     from loadtune.engine import doctor as doctor_mod
     from loadtune.report.doctor import print_doctor
 
@@ -319,7 +321,7 @@ def doctor(
         raise fail(str(exc)) from None
     if verify:
         raise typer.Exit(verify_gpu(json_path))
-    report = doctor_mod.collect(measure=bandwidth)
+    report = doctor_mod.collect(measure=bandwidth, pace=pace)
     if as_json:
         write_json(report.to_dict())
     else:

@@ -1,6 +1,6 @@
 """``loadtune doctor``: what this machine offers a DataLoader and the copy to its GPUs.
 
-Cores, memory and versions come from ``machine.py``; each GPU's name, driver and PCIe link from
+Cores, memory and versions come from ``machine.py``; how steady the CPU's pace is from ``pace.py``; each GPU's name, driver and PCIe link from
 NVML; the copy rates are measured here: host-to-device and device-to-host, from pinned and from
 pageable memory, at a few sizes, timed with CUDA events after a warm-up, median of repeats with
 its interval. The theoretical figure beside them is the link's: generation x lanes x the per-lane
@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
+from loadtune.analysis.pace import CpuPace
 from loadtune.engine import machine as machine_mod
+from loadtune.engine.pace import measure_pace
 from loadtune.engine.bandwidth import SIZES, CopyRate, copy_rate
 from loadtune.engine.trial import nvml
 from loadtune.model.machine import MachineInfo
@@ -59,6 +61,7 @@ class DoctorReport:
     nvml_note: str | None  # why NVML could not be used, when it could not
     gpu_note: str | None  # why there is no GPU to show, when there is none
     gpus: list[GPUDoctor] = field(default_factory=list)
+    cpu_pace: CpuPace | None = None  # how steady the CPU's pace was (None: not measured, or it could not be)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -110,9 +113,10 @@ def examine_gpu(index: int, sizes: tuple[int, ...], measure: bool) -> GPUDoctor:
     return gpu
 
 
-def collect(measure: bool = True, sizes: tuple[int, ...] = SIZES) -> DoctorReport:
-    """Everything ``loadtune doctor`` prints. Creates a CUDA context when there is a GPU: not for a
-    process that will fork trials afterwards."""
+def collect(measure: bool = True, sizes: tuple[int, ...] = SIZES, pace: bool = False) -> DoctorReport:
+    """Everything ``loadtune doctor`` prints (``pace``: with the CPU's pace measured, a few seconds of
+    every core). Creates a CUDA context when there is a GPU: not for a process that will fork trials
+    afterwards."""
     import torch
 
     info = machine_mod.collect()
@@ -124,6 +128,7 @@ def collect(measure: bool = True, sizes: tuple[int, ...] = SIZES) -> DoctorRepor
         driver_cuda=driver_cuda_version(),
         nvml_note=nvml.unavailable(),
         gpu_note=no_gpu_reason(),
+        cpu_pace=measure_pace() if pace else None,  # before any CUDA context: its processes are spawned anyway
     )
     if report.gpu_note is None:
         report.gpus = [examine_gpu(i, sizes, measure) for i in range(torch.cuda.device_count())]

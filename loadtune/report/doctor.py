@@ -11,6 +11,15 @@ from rich.text import Text
 from loadtune.report.text import gbps, short_bytes
 
 
+def pace_text(pace: Any) -> str:
+    """The CPU's pace (``analysis.pace.CpuPace``) in words: its spread, and what a wandering one means."""
+    what = ("steady" if pace.steady else
+            "it wanders: the host moves this machine's pace, and side-by-side comparisons of CPU-bound loaders "
+            "need more turns here (a scan's race says how many)")
+    return (f"±{pace.spread:.1%} between adjacent tenths of a second ({pace.processes} process"
+            f"{'es' if pace.processes != 1 else ''} of fixed work, {pace.pairs} pairs) · {what}")
+
+
 def print_doctor(console: Console, report: Any) -> None:
     """``loadtune doctor``: the machine, then each GPU with its link and measured copy rates."""
     m = report.machine
@@ -24,6 +33,7 @@ def print_doctor(console: Console, report: Any) -> None:
          + (f" · driver supports CUDA {report.driver_cuda}" if report.driver_cuda else "")),
         ("start method", f"{m.start_method} (DataLoader workers start this way by default)"),
         ("NVML", "available" if report.nvml_note is None else f"unavailable ({report.nvml_note})"),
+        *([("CPU pace", pace_text(report.cpu_pace))] if report.cpu_pace is not None else []),
     ]
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
