@@ -35,6 +35,11 @@ MIN_ROUNDS = 2  # rounds a check measures at least, for the same reason
 CPU_TOLERANCE = 0.10  # the CPU runs the calibration's unit of work this much slower or faster than the baseline's: no verdict
 FUTILITY = 0.02  # an undecided check stops early once the budget's rounds would decide it with less chance than this
 MIN_FUTILITY_ROUNDS = 8  # ...and not before this many rounds: fewer say too little about their own spread
+# how fast the machine may run the shaped calibration against the baseline's for the paired ratio to be read:
+# the stored baseline's error rates were measured with it from 29% slower to 68% faster (busy cores, a pace
+# that changed, a morning's drift: benchmarks/RESULTS.md, "loadtune check"); a 2-core VM whose pace doubled
+# within minutes read an unchanged dataset 16% slow (-21% to -11%) beside a calibration 2.0x as fast
+MACHINE_RANGE = (0.7, 1.7)
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,19 @@ def other_cpu_text(cpu_change: float) -> str:
     return (f"one unit of the calibration's work takes {how} on this CPU than on the baseline's (beyond "
             f"{CPU_TOLERANCE:.0%}: other hardware, or cores shared with another tenant), where the ratio to the "
             "calibration does not carry over; record the baseline on this runner, best in the same job")
+
+
+def beyond_range(moved: Change | None) -> bool:
+    """The machine ran the shaped calibration outside ``MACHINE_RANGE`` of the baseline's speed: how the
+    config and its calibration move together that far was never measured, so the ratio says nothing."""
+    return moved is not None and not MACHINE_RANGE[0] <= 1 + moved.value <= MACHINE_RANGE[1]
+
+
+def beyond_range_text(moved: Change) -> str:
+    return (f"the machine ran the shaped calibration {1 + moved.value:.2f}× as fast as when the baseline was recorded, "
+            f"outside the {MACHINE_RANGE[0]:.1f}–{MACHINE_RANGE[1]:.1f}× over which the paired ratio was shown to carry "
+            "over: no verdict; record the baseline again on this runner, or compare with a revision in the same job "
+            "(check --against)")
 
 
 def decide(c: Comparison | None, tolerance: float) -> str:
@@ -182,11 +200,12 @@ def next_step(
     its budget runs out (today's included). Decided: stop. Undecided: go on while the budget allows,
     unless (after ``MIN_FUTILITY_ROUNDS``) the budget's rounds would settle it with a chance under
     ``FUTILITY`` -- a change at the tolerance would only run the budget out to the same verdict.
-    ``other``: the baseline is of another CPU (``other_cpu``), which no round can make up for."""
+    ``other``: the baseline is of another CPU (``other_cpu``), which no round can make up for; nor can
+    they for a machine outside the range the ratio was measured over (``beyond_range``)."""
     if len(rounds) < min_rounds:
         return INCONCLUSIVE, False, None
     status, _, _ = judge(baseline, rounds, tolerance, min_throughput)
-    if status != INCONCLUSIVE or rounds_at_end <= len(rounds) or other:
+    if status != INCONCLUSIVE or rounds_at_end <= len(rounds) or other or beyond_range(machine_change(baseline, rounds)):
         return status, True, None
     if len(rounds) < MIN_FUTILITY_ROUNDS:
         return status, False, None
@@ -238,8 +257,12 @@ def judge(
         return NOTHING, ["no round of the checked config could be measured"], None
     compared = paired_change(log_ratios(baseline), log_ratios(rounds))
     status, change = decide(compared, tolerance), Change.of(compared)
-    reasons = change_reasons(change, status, tolerance, "throughput fell {fell} against the shaped calibration",
-                             "too few paired rounds to estimate the noise", other_cpu_text(cpu_change) if moved else MORE_ROUNDS)
+    machine = machine_change(baseline, rounds)
+    if beyond_range(machine):
+        status, reasons = INCONCLUSIVE, [beyond_range_text(machine)]
+    else:
+        reasons = change_reasons(change, status, tolerance, "throughput fell {fell} against the shaped calibration",
+                                 "too few paired rounds to estimate the noise", other_cpu_text(cpu_change) if moved else MORE_ROUNDS)
     if moved and status != INCONCLUSIVE:  # a warning, not a verdict: on one VM the reading itself strayed 20-40%
         reasons.append(f"read with care: {other_cpu_text(cpu_change)}")
     floor = under_floor(rates, min_throughput)

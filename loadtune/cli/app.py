@@ -301,7 +301,7 @@ def check_drawings(scans: int, plot: Optional[Path], html: Optional[Path]) -> No
 def doctor(
     json_path: Optional[Path] = typer.Option(None, "--json", help="also save the findings here as JSON"),
     bandwidth: bool = typer.Option(True, "--bandwidth/--no-bandwidth", help="measure host<->device copy rates (a few seconds per GPU)"),
-    pace: bool = typer.Option(True, "--pace/--no-pace", help="measure how steady the CPU's pace is (5 s of every usable core)"),
+    pace: bool = typer.Option(True, "--pace/--no-pace", help="measure how steady the CPU's pace is (5 s of every usable core, 8 at most)"),
     verify: bool = typer.Option(False, "--verify", help="self-test the GPU path loadtune's figures depend on: PASS/FAIL per "
                                 "check (--json saves them); exit 1 when one fails, 3 without a CUDA device"),
     format_: str = typer.Option("table", "--format", help="table, or json: the findings on stdout (for a pipe), nothing else there"),

@@ -35,7 +35,7 @@ from loadtune.model.paired import PairedReference, PairedRound
 from loadtune.model.trial import Trial
 from loadtune.engine.reference import paired_round, record_reference
 from loadtune.analysis.environment import environment_changes, spec_identity
-from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, judge, machine_change, next_step, side_by_side_gain
+from loadtune.analysis.verdict import MIN_BASELINE_ROUNDS, MIN_ROUNDS, beyond_range, judge, machine_change, next_step, side_by_side_gain
 
 
 DEFAULT_BUDGET_S = 180.0  # seconds a check may take, its setup included, before it settles for "inconclusive"
@@ -232,7 +232,7 @@ def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound]
     status, reasons, change = judge(reference.rounds, paired, tolerance, min_throughput, cpu, reference.shape.unit_readings)
     reasons += [early] if early and status == INCONCLUSIVE else []
     moved = machine_change(reference.rounds, paired)
-    if moved is not None and (moved.high < -tolerance or moved.low > tolerance):
+    if moved is not None and (moved.high < -tolerance or moved.low > tolerance) and not beyond_range(moved):
         reasons.append(f"the machine itself ran the shaped calibration {moved.value:+.0%} against the baseline's "
                        f"({moved.low:+.0%} to {moved.high:+.0%}): the paired ratio discounts that")
     picked = baseline.config_result(config)

@@ -16,6 +16,7 @@ EDGE_S = 0.2  # left out at each end: the processes settling onto the cores, and
 WINDOW_S = 0.1
 UNIT_ROUNDS = 10  # a unit: this many rounds of a 64x64 matmul and tanh, well under a millisecond
 READY_S = 60.0  # how long the processes may take to start (each imports torch)
+MAX_PROCESSES = 8  # a process per usable core up to this many: each holds torch (~200 MiB), and 8 show a host's moods
 
 
 def work(conn) -> None:
@@ -40,9 +41,9 @@ def work(conn) -> None:
 
 
 def measure_pace(seconds: float = SECONDS, processes: int | None = None) -> CpuPace | None:
-    """The pace's spread while ``processes`` (default: the usable cores) run the fixed work together;
-    None when they could not run or too little was stamped."""
-    n = processes or usable_cores()
+    """The pace's spread while ``processes`` (default: one per usable core, ``MAX_PROCESSES`` at most)
+    run the fixed work together; None when they could not run or too little was stamped."""
+    n = processes or min(usable_cores(), MAX_PROCESSES)
     ctx = mp.get_context("spawn")  # no fork of a process that may hold threads or a CUDA context
     ends = [ctx.Pipe() for _ in range(n)]
     procs = [ctx.Process(target=work, args=(child,), daemon=True) for _, child in ends]

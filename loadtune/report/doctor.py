@@ -14,8 +14,8 @@ from loadtune.report.text import gbps, short_bytes
 def pace_text(pace: Any) -> str:
     """The CPU's pace (``analysis.pace.CpuPace``) in words: its spread, and what a wandering one means."""
     what = ("steady" if pace.steady else
-            "it wanders: the host moves this machine's pace, and side-by-side comparisons of CPU-bound loaders "
-            "need more turns here (a scan's race says how many)")
+            "it wanders (other load, or a host that shares the cores), and side-by-side comparisons of CPU-bound "
+            "loaders need more turns here (a scan's race says how many)")
     return (f"±{pace.spread:.1%} between adjacent tenths of a second ({pace.processes} process"
             f"{'es' if pace.processes != 1 else ''} of fixed work, {pace.pairs} pairs) · {what}")
 
