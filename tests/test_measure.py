@@ -192,9 +192,14 @@ def test_a_resumed_loader_is_timed_from_no_head_start():
     loader = make_loader(spec, config, LoaderOptions(shuffle=False))
     meter = Meter(loader, lambda batch: time.sleep(0.005), lambda: None, SampleCounter(spec, config, False))
     meter.startup()
-    assert backlog_reaches(meter, 4 * 4)
-    resume(meter, config.num_workers, time.perf_counter() + 30)
-    assert ready_batches(meter.iterator) <= 1
+    try:
+        assert backlog_reaches(meter, 4 * 4)
+        resume(meter, config.num_workers, time.perf_counter() + 30)
+        # none of the backlog of 16 left for the block to count: at most half a round, where a descheduled main
+        # process fell a batch behind its workers while it caught up (a steady machine leaves one at most)
+        assert ready_batches(meter.iterator) <= 2
+    finally:
+        meter.iterator._shutdown_workers()  # a failure must not leave the workers to the next test
 
 
 class Cold(torch.utils.data.Dataset):
