@@ -15,6 +15,9 @@ verdict reads the interval against the tolerance (``Comparison.against_tolerance
   (``next_step``: a change sitting at the tolerance stays undecided however long it is measured, and
   a CI job should not wait minutes to be told so).
 
+Whatever the interval, no verdict where the machine ran the calibration outside ``MACHINE_RANGE`` of
+its speed at the baseline (``beyond_range``): the ratio was shown to carry over only within it.
+
 A slowdown exactly at the tolerance is called either way about as often; the error rates at 0%,
 10% and 25% on a noisy machine are measured in ``benchmarks/check_alarms.py``.
 """
