@@ -25,9 +25,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from answer import timed_scan
 from meta import REPO, run_meta
 from saved import read_json, write_json
 
@@ -56,19 +56,17 @@ while True:
 
 
 def one_scan(spec: str, flags: list[str]) -> dict:
-    """A default scan through the CLI; what it picked, what it said of the gain, how long it took."""
+    """A default scan through the CLI; what it picked, what it said of the gain, how long it took to
+    the answer and to its exit (``answer.timed_scan``)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "scan.json"
-        started = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "loadtune", "scan", spec, *flags, "--json", str(out),
-                               "--quiet"], cwd=REPO, capture_output=True, text=True)
-        wall = time.monotonic() - started
+        run = timed_scan([spec, *flags, "--json", str(out)], cwd=REPO)
         if not out.exists():
-            return {"wall_s": wall, "error": proc.stderr[-2000:]}
+            return {"wall_s": run.wall_s, "answer_s": run.answer_s, "error": run.stderr[-2000:]}
         result = ScanResult.load(out)
     rec = result.recommendation
     raced = sorted({t.config.key: t.config for t in result.trials if t.raced}.values(), key=lambda c: c.key)
-    return {"wall_s": round(wall, 1), "pick": rec.config.label(), "pick_config": rec.config.to_dict(),
+    return {"wall_s": run.wall_s, "answer_s": run.answer_s, "pick": rec.config.label(), "pick_config": rec.config.to_dict(),
             "gain": rec.speedup, "low": rec.speedup_low, "high": rec.speedup_high, "gain_unsettled": rec.gain_unsettled,
             "baseline": rec.baseline.label() if rec.baseline else None, "raced": [c.to_dict() for c in raced],
             "legs": max((t.leg for t in result.trials if t.raced), default=0), "notes": result.notes}
@@ -109,6 +107,7 @@ def summary(scans: list[dict], rates: dict[str, list[float]]) -> dict:
         "picks": picks, "gain_halfwidths": [round(w, 3) for w in widths],
         "within_10pct": sum(w <= 0.10 for w in widths), "gains_within_each_others_intervals": overlapping,
         "unsettled_gains": sum(bool(s.get("gain_unsettled")) for s in ok),
+        "median_answer_s": statistics.median(s["answer_s"] for s in scans) if scans else None,
         "median_wall_s": statistics.median(s["wall_s"] for s in scans) if scans else None,
         "plain_medians": {k: round(v, 1) for k, v in medians.items()},
         "pick_over_best": {p: round(medians[p] / best, 3) for p in set(picks) if p in medians and best} if best else {},

@@ -20,11 +20,10 @@ import math
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
+from answer import timed_scan
 from meta import run_meta
 from saved import write_json
 
@@ -48,26 +47,15 @@ def tree_at(ref: str, into: Path) -> Path:
 
 
 def one_scan(tree: Path, archetype: str, out: Path) -> dict:
-    """One default ``--quiet`` scan of ``archetype`` by the loadtune in ``tree``, timed from outside:
-    to its exit, and to its first line on stdout (the recommendation: printed at the end by a
-    loadtune that prints it last, before the reference for ``check`` by one that prints it first)."""
+    """One default scan of ``archetype`` by the loadtune in ``tree``, timed from outside
+    (``answer.timed_scan``): to its exit, and to its answer."""
     env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "160", "PYTHONUNBUFFERED": "1"}
     spec = tree / "benchmarks" / "archetypes" / f"{archetype}.py"
-    started, answer = time.monotonic(), None
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "loadtune", "scan", str(spec), "-q", "--json", str(out)],
-                                stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=tree)
-        for line in proc.stdout:
-            if answer is None and line.strip():
-                answer = time.monotonic() - started
-        proc.wait()
-        wall = time.monotonic() - started
-        err.seek(0)
-        stderr = err.read()
+    run = timed_scan([str(spec), "--json", str(out)], cwd=tree, env=env)
     data = json.loads(out.read_text()) if out.exists() else {}
     pick = (data.get("recommendation") or {}).get("config")
-    return {"exit": proc.returncode, "wall_s": round(wall, 1), "answer_s": round(answer or wall, 1),
-            "trials": len(data.get("trials", [])), "pick": pick, "stderr_tail": stderr[-400:] if proc.returncode else None,
+    return {"exit": run.returncode, "wall_s": run.wall_s, "answer_s": run.answer_s,
+            "trials": len(data.get("trials", [])), "pick": pick, "stderr_tail": run.stderr[-400:] if run.returncode else None,
             **race_widths(data)}
 
 
