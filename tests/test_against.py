@@ -266,6 +266,7 @@ def test_unchanged_passes_and_30_percent_more_work_fails(tmp_path):
     assert "REGRESSION" in slowed.stdout and "vs base HEAD~1" in slowed.stdout
     data = json.loads((tmp_path / "slowed.json").read_text())
     assert -0.35 < data["change"] < -0.12 and data["against"]["base"]["name"] == "HEAD~1"
+    assert data["machine"]["usable_cores"] >= 1  # where it ran
     assert_valid(data, "check")
     assert len(ET.parse(tmp_path / "junit.xml").getroot().findall("testcase")) == 2
     assert len(worktrees(repo)) == 1  # the base's checkout is gone

@@ -103,6 +103,7 @@ def test_unchanged_dataset_passes_with_reports(baseline, tmp_path):
     assert "round 1: config" in proc.stdout  # rounds are printed as they come
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["status"] == PASS and len(data["rounds"]) >= 2
+    assert data["machine"]["usable_cores"] >= 1 and "Runner: " in md.read_text()  # where it ran
     assert all(r["config_rate"] and r["calibration_rate"] for r in data["rounds"])
     assert data["change_low"] <= data["change"] <= data["change_high"]
     recorded = json.loads(baseline.read_text())["reference"]["recorded_at"]

@@ -28,6 +28,7 @@ from loadtune.engine.spec import SpecError, from_objects
 from loadtune.model import scanfile
 from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION, CheckResult
 from loadtune.model.config import TrialConfig
+from loadtune.model.machine import MachineInfo
 from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, CalibrationShape, PairedRound, turn_order
 from loadtune.model.results import ScanResult
 from loadtune.model.scanfile import ResultError
@@ -43,6 +44,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
 STORED_WORKFLOW = ROOT / "examples" / "ci" / "github-actions-stored-reference.yml"  # the history-keeping form
 PICK = TrialConfig(64, 2, prefetch_factor=2)
+RUNNER = MachineInfo(usable_cores=2, logical_cores=4, cgroup_cpu_limit=None, cpu_model="AMD EPYC 9454",
+                     memory_total_bytes=24 * 2**30, memory_available_bytes=20 * 2**30, shm_total_bytes=None,
+                     python="3.11.7", platform="Linux", torch="2.13.0", cuda=None, start_method="fork")
 DEFAULTS_W0 = TrialConfig(64, 0)
 
 
@@ -244,7 +248,7 @@ def check_result(status, defaults_ok=True, rounds=2, back_to_back=False):
                        shape=CalibrationShape(10, 0.0, 16, 1e-6, "stage profile"), min_throughput=None, status=status,
                        reasons=reasons[status], change=-0.3, change_low=-0.4, change_high=-0.2, wall_s=12.0, trials=trials,
                        defaults=DEFAULTS_W0, gain=3.33 if defaults_ok else None, gain_low=3.0 if defaults_ok else None,
-                       gain_high=3.7 if defaults_ok else None, baseline_gain=3.2)
+                       gain_high=3.7 if defaults_ok else None, baseline_gain=3.2, machine=RUNNER)
 
 
 @pytest.mark.parametrize("back_to_back", [False, True])
@@ -297,11 +301,15 @@ def test_a_check_without_defaults_in_its_rounds_has_no_defaults_case():
     dated = check_result(PASS)
     dated.reference_recorded_at = "2026-11-25T11:09:22+00:00"
     assert "| paired rounds | 2, recorded 2026-11-25T11:09:22+00:00 | 2 |" in ci.markdown(dated)
+    assert "Runner: 2 usable cores (4 logical) · AMD EPYC 9454 · 24.0 GiB RAM · no GPU." in ci.markdown(dated)
+    dated.machine = None  # a result without it (older versions) has no runner line
+    assert "Runner" not in ci.markdown(dated)
 
 
 def test_the_check_json_matches_the_published_schema():
     data = check_result(REGRESSION).to_dict()
     assert data["schema"] == "loadtune/check" and data["schema_version"] == 1
+    assert data["machine"]["cpu_model"] == "AMD EPYC 9454"
     assert_valid(data, "check")
 
 

@@ -23,7 +23,7 @@ from loadtune.engine.distributed.layout import (
     adopt_launcher,
     gather_nodes,
     launcher_env,
-    node_json_path,
+    node_path,
 )
 from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.harness import run_trial
@@ -240,8 +240,9 @@ def test_nodes_meet_at_the_endpoint_and_node_0_gets_every_summary():
     got[0] = gather_nodes(endpoint, 2, 0, {"node_rank": 0}, timeout_s=30)
     node1.join(30)
     assert got == {0: [{"node_rank": 0}, {"node_rank": 1}], 1: None}
-    assert node_json_path(Path("out/loadtune.json"), 2, 1) == Path("out/loadtune.node1.json")
-    assert node_json_path(Path("loadtune.json"), 1, 0) == Path("loadtune.json")
+    assert node_path(Path("out/loadtune.json"), 2, 1) == Path("out/loadtune.node1.json")
+    assert node_path(Path("loadtune.json"), 1, 0) == Path("loadtune.json")
+    assert node_path(Path("pages/report.html"), 4, 3) == Path("pages/report.node3.html")  # --html and --plot alike
 
 
 @pytest.mark.slow

@@ -166,6 +166,7 @@ def test_a_check_page_shows_both_sides_with_the_verdict_ratio_and_interval():
     assert "change of config / calibration -30.0% (interval from the rounds' noise alone: -40.0% to -20.0%)" in text
     assert "the config over PyTorch's defaults, side by side 3.20× 3.33× (3.00 to 3.70×)" in text
     assert "tolerance −10%" in text and "the baseline's reference" in text and "today" in text
+    assert "machine 2 usable cores (4 logical) · AMD EPYC 9454 · 24.0 GiB RAM · no GPU" in text  # where it ran
 
 
 def test_a_passing_check_and_one_with_nothing_to_compare():

@@ -141,6 +141,7 @@ def scan(
         max_memory=max_memory, diagnose=diagnose, reference_rounds=reference_rounds, current=current,
     )
     plan, json_path, adopted = planned_scan(spec, overrides, json_path, resume)
+    html, plot = (distributed.node_path(p, plan.options.nnodes, plan.options.node_rank) if p else None for p in (html, plot))
     result = run_scan(plan, json_path, console, quiet, as_json, html)
     finish_scan(console, plan.options, result, json_path, adopted.store_hosted, plot, html)
 
@@ -175,7 +176,7 @@ def planned_scan(spec: Optional[str], flags: dict, json_path: Optional[Path], re
         spec = spec or project.get("spec") or missing("a spec file", "spec")
         json_path = json_path or Path(project.get("json", "loadtune.json"))
         plan = prepare(spec, **overrides)
-        json_path = distributed.node_json_path(json_path, plan.options.nnodes, plan.options.node_rank)
+        json_path = distributed.node_path(json_path, plan.options.nnodes, plan.options.node_rank)
         check_writable(json_path)
         if resume:
             resume_from(plan, json_path)

@@ -172,7 +172,7 @@ class Comparison:
             baseline_rounds=[], shape=None, min_throughput=self.min_throughput, status=status, reasons=reasons,
             change=change.value if change else None, change_low=change.low if change else None,
             change_high=change.high if change else None, wall_s=time.monotonic() - self.started, trials=trials,
-            against=against,
+            against=against, machine=collect(),
         )
 
     def no_base(self, base: Tree) -> CheckResult:

@@ -228,7 +228,7 @@ def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound]
             early: str | None = None, cpu: float | None = None) -> CheckResult:
     """The verdict and its figures, with how the machine moved and what differs around it; ``early``: why
     an undecided check stopped before its budget ran out; ``cpu``: this CPU's speed against the baseline's."""
-    reference = baseline.reference
+    reference, here = baseline.reference, collect()
     status, reasons, change = judge(reference.rounds, paired, tolerance, min_throughput, cpu, reference.shape.unit_readings)
     reasons += [early] if early and status == INCONCLUSIVE else []
     moved = machine_change(reference.rounds, paired)
@@ -248,7 +248,7 @@ def outcome(baseline: ScanResult, config: TrialConfig, paired: list[PairedRound]
         change_high=change.high if change else None,
         machine_change=moved.value if moved else None, machine_low=moved.low if moved else None,
         machine_high=moved.high if moved else None,
-        cpu_change=cpu, environment=environment_changes(reference.machine or baseline.machine, collect()),
+        cpu_change=cpu, environment=environment_changes(reference.machine or baseline.machine, here), machine=here,
         reference_recorded_at=reference.recorded_at, defaults=reference.defaults, gain=gain.value if gain else None,
         gain_low=gain.low if gain else None, gain_high=gain.high if gain else None,
         baseline_gain=gain_then.value if gain_then else None, wall_s=time.monotonic() - started,

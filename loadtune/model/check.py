@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 from loadtune.model.against import Against
 from loadtune.model.config import TrialConfig
+from loadtune.model.machine import MachineInfo
 from loadtune.model.paired import CalibrationShape, PairedRound
 from loadtune.model.trial import Trial
 from loadtune.version import __version__
@@ -50,6 +51,7 @@ class CheckResult:
     wall_s: float = 0.0
     trials: list[Trial] = field(default_factory=list)
     against: Against | None = None  # ``check --against``: the head timed in turns with a base revision, not against a reference
+    machine: MachineInfo | None = None  # where the check ran (a page or a log read later names the runner)
 
     @property
     def rate_now(self) -> float | None:

@@ -15,7 +15,7 @@ from loadtune.model.config import TrialConfig
 from loadtune.model.paired import CALIBRATION, CONFIG, DEFAULTS, turn_order
 from loadtune.model.scanfile import write_atomic
 from loadtune.model.trial import Trial
-from loadtune.report.text import rate
+from loadtune.report.text import machine_text, rate
 
 
 @dataclass
@@ -210,6 +210,11 @@ def limits_line(result: CheckResult) -> str:
             + f"; {result.wall_s:.0f} s.")
 
 
+def runner_lines(result: CheckResult) -> list[str]:
+    """Where the check ran, for a summary read days later (none for results without it)."""
+    return [f"Runner: {machine_text(result.machine)}."] if result.machine is not None else []
+
+
 def markdown(result: CheckResult) -> str:
     """A short table for a CI job summary page."""
     if result.against:
@@ -223,6 +228,7 @@ def markdown(result: CheckResult) -> str:
         *[markdown_row(row) for row in reference_rows(result)],
         "",
         limits_line(result),
+        *runner_lines(result),
     ]
     lines += [f"- {r}" for r in result.reasons] + [f"- environment: {e}" for e in result.environment]
     return "\n".join(lines) + "\n"
@@ -305,6 +311,7 @@ def against_markdown(result: CheckResult) -> str:
             *[markdown_row(row) for row in against_rows(result)],
             "",
             limits_line(result),
+            *runner_lines(result),
         ]
     lines += [f"- {r}" for r in result.reasons + against.notes]
     return "\n".join(lines) + "\n"

@@ -20,10 +20,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from loadtune.analysis.footprint import size_text
 from loadtune.analysis.view import Row, rows as view_rows
 from loadtune.model.check import NO_BASE, PASS, REGRESSION, CheckResult
-from loadtune.model.machine import MachineInfo
 from loadtune.model.results import ScanResult
 from loadtune.report.check import check_notes, duet_line, round_line
 from loadtune.report.ci import SideRow, against_rows, change_text, defaults_line, limits_line, ratio_text, reference_rows, summary_line
@@ -34,6 +32,7 @@ from loadtune.report.recommendation import loader_code, no_recommendation_text, 
 from loadtune.report.scan import reference_line, scan_table, shown_line
 from loadtune.report.svg import Interval, ratio_chart, workers_chart
 from loadtune.report.table import race_cell, race_figures
+from loadtune.report.text import machine_text
 from loadtune.version import __version__
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -154,13 +153,6 @@ def document(title: str, body: list[str]) -> str:
 # --- a scan ----------------------------------------------------------------------------------------------
 
 
-def machine_text(m: MachineInfo) -> str:
-    """``16 usable cores (32 logical) · AMD EPYC 9454 · 128.0 GiB RAM · 1 GPU: NVIDIA H200``."""
-    gpus = f"{len(m.gpus)} GPU{'s' if len(m.gpus) != 1 else ''}: {', '.join(g.name for g in m.gpus)}" if m.gpus else "no GPU"
-    busy = f" · busy as the scan started: {m.busy_text()}" if m.busy else ""
-    return f"{m.usable_cores} usable cores ({m.logical_cores} logical) · {m.cpu_model} · {size_text(m.memory_total_bytes)} RAM · {gpus}{busy}"
-
-
 def spec_text(result: ScanResult) -> str:
     """``examples/images.py:dataset (sha256 3f2a…)``; a dataset handed over in Python has no file."""
     spec = result.spec
@@ -175,7 +167,7 @@ def scan_header(result: ScanResult) -> str:
     return facts([
         ("dataset", spec.dataset_type + (f", {spec.length:,} samples" if spec.length else "") + (" (iterable)" if spec.iterable else "")),
         ("spec", spec_text(result)),
-        ("machine", machine_text(m)),
+        ("machine", machine_text(m) + (f" · busy as the scan started: {m.busy_text()}" if m.busy else "")),
         ("device", result.settings.device),
         ("measured", f"{result.created} · {result.state} · {len(result.trials)} trials"),
         ("versions", f"loadtune {result.loadtune_version} · torch {m.torch} · Python {m.python}{cuda} · {m.platform}"),
@@ -355,6 +347,8 @@ def check_header(outcome: CheckResult, spec: str, created: str) -> str:
         pairs[1:1] = [("head", outcome.against.head.label()), ("base", outcome.against.base.label())]
     elif outcome.reference_recorded_at:
         pairs.append(("reference recorded", outcome.reference_recorded_at))
+    if outcome.machine is not None:
+        pairs.append(("machine", machine_text(outcome.machine)))
     return facts(pairs + [("versions", f"loadtune {__version__}")])
 
 

@@ -6,7 +6,9 @@ import math
 
 from rich.text import Text
 
+from loadtune.analysis.footprint import size_text
 from loadtune.analysis.load import LoadSummary
+from loadtune.model.machine import MachineInfo
 
 
 
@@ -14,6 +16,12 @@ BAR_WIDTH = 10
 
 
 BLOCKS = " ▏▎▍▌▋▊▉█"
+
+
+def machine_text(m: MachineInfo) -> str:
+    """``16 usable cores (32 logical) · AMD EPYC 9454 · 128.0 GiB RAM · 1 GPU: NVIDIA H200``."""
+    gpus = f"{len(m.gpus)} GPU{'s' if len(m.gpus) != 1 else ''}: {', '.join(g.name for g in m.gpus)}" if m.gpus else "no GPU"
+    return f"{m.usable_cores} usable cores ({m.logical_cores} logical) · {m.cpu_model} · {size_text(m.memory_total_bytes)} RAM · {gpus}"
 
 
 def rate(value: float) -> str:

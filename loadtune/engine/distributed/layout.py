@@ -157,8 +157,8 @@ def adopt_launcher(overrides: dict, environ=os.environ) -> Adopted:
     return Adopted(True, None, hosted)
 
 
-def node_json_path(path: Path, nnodes: int, node_rank: int) -> Path:
-    """Each node saves its own result (nodes often share a file system): loadtune.node1.json."""
+def node_path(path: Path, nnodes: int, node_rank: int) -> Path:
+    """Each node writes its own files (nodes often share a file system): loadtune.node1.json, report.node1.html."""
     return path if nnodes <= 1 else path.with_name(f"{path.stem}.node{node_rank}{path.suffix}")
 
 
