@@ -161,6 +161,8 @@ def test_a_third_leg_narrows_two_disagreeing_legs_a_lot_and_a_steady_spread_slow
     assert legs_to(steady, 0.001, 3) is None  # past what more legs can do
     note = precision_note(legs_of([[0.12, -0.12, 0.0], [0.12, -0.12, 0.0], [0.12, -0.12, 0.0]]), W2, 0.05, 3, 3)
     assert W1.label() in note and "more legs would bring it within ±5%" in note and "--race-legs" in note
+    hopeless = precision_note(legs_of([[0.9, -0.9, 0.0], [0.9, -0.9, 0.0], [0.9, -0.9, 0.0]]), W2, 0.05, 3, 3)
+    assert "more legs would barely narrow it" in hopeless and "loadtune doctor" in hopeless  # where to look for why
 
 
 def test_the_pick_races_on_with_a_config_whose_ratio_to_it_is_wide():

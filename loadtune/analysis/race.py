@@ -301,7 +301,8 @@ def precision_note(trials: list[Trial], pick: TrialConfig, wide: float, pairs: i
     for c, r in loose.items():
         more = needed[c]
         cure = (f"about {more} more leg{'s' if more != 1 else ''} would bring it within ±{wide:.0%}" if more is not None
-                else "more legs would barely narrow it: its turns spread too widely")
+                else "more legs would barely narrow it: its turns spread too widely (loadtune doctor "
+                "measures whether this machine's own CPU pace wanders)")
         parts.append(f"{c.label()} {r.text()}, ±{r.halfwidth:.0%}: {cure}")
     most = max((m for m in needed.values() if m is not None), default=None)
     hint = narrowing(most, legs_run, clock) if most else ""
