@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from conftest import SPECS, flat, run_cli
 
-from loadtune.model.check import PASS
+from loadtune.model.check import INCONCLUSIVE, PASS
 from loadtune.model.results import ScanResult
 
 pytestmark = pytest.mark.slow
@@ -96,13 +96,15 @@ def test_unchanged_dataset_passes_with_reports(baseline, tmp_path):
     junit, md = tmp_path / "j.xml", tmp_path / "summary.md"
     proc = run_cli("check", SLOWABLE, "--baseline", baseline, "--rounds", "2", "--tolerance", "50%",
                    "--junit-xml", junit, "--markdown", md, "--json", tmp_path / "c.json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "c.json").read_text())
+    # a pass; or no verdict where this VM's pace moved beyond the range the ratio carries over, which it says
+    moved = proc.returncode == 4 and any("no verdict" in r and "carry over" in r for r in data["reasons"])
+    assert proc.returncode == 0 or moved, proc.stdout + proc.stderr
     suite = ET.parse(junit).getroot()
-    assert suite.get("failures") == "0" and suite.get("errors") == "0" and float(suite.get("time")) > 0
+    assert suite.get("failures") == "0" and suite.get("errors") == ("1" if moved else "0") and float(suite.get("time")) > 0
     assert "| shaped calibration samples/s |" in md.read_text()
     assert "round 1: config" in proc.stdout  # rounds are printed as they come
-    data = json.loads((tmp_path / "c.json").read_text())
-    assert data["status"] == PASS and len(data["rounds"]) >= 2
+    assert data["status"] == (INCONCLUSIVE if moved else PASS) and len(data["rounds"]) >= 2
     assert data["machine"]["usable_cores"] >= 1 and "Runner: " in md.read_text()  # where it ran
     assert all(r["config_rate"] and r["calibration_rate"] for r in data["rounds"])
     assert data["change_low"] <= data["change"] <= data["change_high"]

@@ -332,3 +332,17 @@ def test_a_machine_outside_the_range_the_ratio_was_measured_over_gives_no_verdic
         assert change is not None and change.value == pytest.approx(110 / 130 - 1, abs=0.01)  # the ratio, kept for the record
         assert ("no verdict" in reasons[0] and "check --against" in reasons[0]) == (verdict == INCONCLUSIVE)
         assert next_step(base, rounds, TOLERANCE, 3, 40)[1] is True  # decided, or no round could decide it
+
+
+
+def test_a_verdict_beyond_what_the_machine_alone_could_explain_stands_outside_the_range():
+    """On a machine at 0.5x the baseline's the ratio may lie up to 2x off either way: a 90% drop is a
+    regression whatever the machine did, a 30% drop is not, and a doubling is a pass; each says why."""
+    base = [PairedRound(130.0 * (1 + d), 100.0 * (1 + d)) for d in (0.01, -0.01, 0.02, -0.02, 0.0, 0.01)]
+    for kept, factor, verdict in ((0.1, 0.5, REGRESSION), (0.7, 0.5, INCONCLUSIVE), (2.5, 0.5, PASS),
+                                  (0.1, 2.0, REGRESSION), (1.0, 2.0, INCONCLUSIVE)):
+        rounds = [PairedRound(130.0 * kept * factor * (1 + d), 100.0 * factor * (1 + d)) for d in (0.01, -0.01, 0.0)]
+        status, reasons, _ = judge(base, rounds, TOLERANCE)
+        assert status == verdict, (kept, factor, reasons)
+        assert any("beyond what that factor alone could explain" in r for r in reasons) == (verdict != INCONCLUSIVE)
+        assert any("no verdict" in r for r in reasons) == (verdict == INCONCLUSIVE)

@@ -15,8 +15,9 @@ verdict reads the interval against the tolerance (``Comparison.against_tolerance
   (``next_step``: a change sitting at the tolerance stays undecided however long it is measured, and
   a CI job should not wait minutes to be told so).
 
-Whatever the interval, no verdict where the machine ran the calibration outside ``MACHINE_RANGE`` of
-its speed at the baseline (``beyond_range``): the ratio was shown to carry over only within it.
+Where the machine ran the calibration outside ``MACHINE_RANGE`` of its speed at the baseline
+(``beyond_range``), the ratio was never shown to carry over; a verdict then stands only where it would
+with the machine's whole factor charged to the ratio (``beyond_machine``), else there is none.
 
 A slowdown exactly at the tolerance is called either way about as often; the error rates at 0%,
 10% and 25% on a noisy machine are measured in ``benchmarks/check_alarms.py``.
@@ -29,7 +30,7 @@ import statistics
 from dataclasses import dataclass
 
 from loadtune.analysis.comparison import Comparison, compare, singly, welch
-from loadtune.model.check import INCONCLUSIVE, NOTHING, REGRESSION
+from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION
 from loadtune.model.estimate import MAD_TO_SIGMA, t975
 from loadtune.model.paired import PairedRound
 
@@ -117,6 +118,29 @@ def beyond_range(moved: Change | None) -> bool:
     """The machine ran the shaped calibration outside ``MACHINE_RANGE`` of the baseline's speed: how the
     config and its calibration move together that far was never measured, so the ratio says nothing."""
     return moved is not None and not MACHINE_RANGE[0] <= 1 + moved.value <= MACHINE_RANGE[1]
+
+
+def beyond_machine(change: Change | None, moved: Change, tolerance: float) -> str | None:
+    """The verdict a change still earns on a machine outside ``MACHINE_RANGE``: one that would stand even
+    if the machine's whole factor ``f`` (the calibration's speed against the baseline's) had moved the
+    ratio, which can then lie up to ``f`` off either way (the config's speed follows the machine fully,
+    or not at all). A 99% drop is a regression on a machine at 0.5x; an unchanged dataset gets no verdict."""
+    if change is None:
+        return None
+    f = 1 + moved.value
+    least = min(f, 1 / f)
+    if 1 + change.high < (1 - tolerance) * least:
+        return REGRESSION
+    if 1 + change.low > (1 - tolerance) / least:
+        return PASS
+    return None
+
+
+def held_text(moved: Change, verdict: str) -> str:
+    what = "drop" if verdict == REGRESSION else "change"
+    return (f"the machine ran the shaped calibration {1 + moved.value:.2f}× as fast as when the baseline was recorded, "
+            f"outside the {MACHINE_RANGE[0]:.1f}–{MACHINE_RANGE[1]:.1f}× over which the paired ratio was shown to carry "
+            f"over; the {what} is beyond what that factor alone could explain")
 
 
 def beyond_range_text(moved: Change) -> str:
@@ -261,11 +285,13 @@ def judge(
     compared = paired_change(log_ratios(baseline), log_ratios(rounds))
     status, change = decide(compared, tolerance), Change.of(compared)
     machine = machine_change(baseline, rounds)
-    if beyond_range(machine):
+    held = beyond_machine(change, machine, tolerance) if beyond_range(machine) else None
+    if beyond_range(machine) and held is None:
         status, reasons = INCONCLUSIVE, [beyond_range_text(machine)]
     else:
         reasons = change_reasons(change, status, tolerance, "throughput fell {fell} against the shaped calibration",
                                  "too few paired rounds to estimate the noise", other_cpu_text(cpu_change) if moved else MORE_ROUNDS)
+        reasons += [held_text(machine, held)] if held else []
     if moved and status != INCONCLUSIVE:  # a warning, not a verdict: on one VM the reading itself strayed 20-40%
         reasons.append(f"read with care: {other_cpu_text(cpu_change)}")
     floor = under_floor(rates, min_throughput)
