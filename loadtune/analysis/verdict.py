@@ -136,18 +136,19 @@ def beyond_machine(change: Change | None, moved: Change, tolerance: float) -> st
     return None
 
 
+def outside_text(moved: Change) -> str:
+    return (f"the machine ran the shaped calibration {1 + moved.value:.2f}× as fast as when the baseline was recorded, "
+            f"outside the {MACHINE_RANGE[0]:.1f}–{MACHINE_RANGE[1]:.1f}× over which the paired ratio was shown to carry over")
+
+
 def held_text(moved: Change, verdict: str) -> str:
     what = "drop" if verdict == REGRESSION else "change"
-    return (f"the machine ran the shaped calibration {1 + moved.value:.2f}× as fast as when the baseline was recorded, "
-            f"outside the {MACHINE_RANGE[0]:.1f}–{MACHINE_RANGE[1]:.1f}× over which the paired ratio was shown to carry "
-            f"over; the {what} is beyond what that factor alone could explain")
+    return f"{outside_text(moved)}; the {what} is beyond what that factor alone could explain"
 
 
 def beyond_range_text(moved: Change) -> str:
-    return (f"the machine ran the shaped calibration {1 + moved.value:.2f}× as fast as when the baseline was recorded, "
-            f"outside the {MACHINE_RANGE[0]:.1f}–{MACHINE_RANGE[1]:.1f}× over which the paired ratio was shown to carry "
-            "over: no verdict; record the baseline again on this runner, or compare with a revision in the same job "
-            "(check --against)")
+    return (f"{outside_text(moved)}: no verdict; record the baseline again on this runner, or compare with a revision "
+            "in the same job (check --against)")
 
 
 def decide(c: Comparison | None, tolerance: float) -> str:
@@ -285,8 +286,9 @@ def judge(
     compared = paired_change(log_ratios(baseline), log_ratios(rounds))
     status, change = decide(compared, tolerance), Change.of(compared)
     machine = machine_change(baseline, rounds)
-    held = beyond_machine(change, machine, tolerance) if beyond_range(machine) else None
-    if beyond_range(machine) and held is None:
+    outside = beyond_range(machine)
+    held = beyond_machine(change, machine, tolerance) if outside else None
+    if outside and held is None:
         status, reasons = INCONCLUSIVE, [beyond_range_text(machine)]
     else:
         reasons = change_reasons(change, status, tolerance, "throughput fell {fell} against the shaped calibration",
