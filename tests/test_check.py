@@ -191,15 +191,18 @@ def test_without_workers_a_20_percent_slower_dataset_fails_and_an_unchanged_one_
     """The same promises with no second chance: one check each, the verdict it must give."""
     slowed = run_cli("check", DIAL, "--baseline", dial_without_workers, "--workers", "0", "--tolerance", "5%",
                      "--json", dial_without_workers.with_name("slowed.json"), env={"LOADTUNE_TEST_SLOWDOWN": "0.2"})
-    # caught; or no verdict where this VM's pace moved beyond the range the ratio carries over, which it says
-    moved = slowed.returncode == 4 and "no verdict" in slowed.stdout
-    assert slowed.returncode == 1 or moved, slowed.stdout + slowed.stderr
+    # caught, or undecided (exit 4): never a pass. How often it is caught is a benchmark's figure
+    # (benchmarks/RESULTS.md, "loadtune check"): on this shared VM a check whose calibration swung 1,343-2,698
+    # samples/s from round to round stopped undecided at -9.6% (-20.9% to +3.4%), the truth inside its interval
+    undecided = slowed.returncode == 4
+    assert slowed.returncode == 1 or undecided, slowed.stdout + slowed.stderr
     same = run_cli("check", DIAL, "--baseline", dial_without_workers, "--workers", "0")
     # no false alarm; inconclusive (4) is the honest answer where this shared machine's pace wandered too much
     # for the rounds to decide (its false-alarm and detection rates are benchmarks': benchmarks/RESULTS.md)
     assert same.returncode in (0, 4), same.stdout + same.stderr
-    change = json.loads(dial_without_workers.with_name("slowed.json").read_text())["change"]
-    assert moved or -0.30 < change < -0.10, change  # about the dial's 20%, not a 100x collapse
+    got = json.loads(dial_without_workers.with_name("slowed.json").read_text())
+    # about the dial's 20%, not a 100x collapse; undecided, its interval still reaches a real slowdown
+    assert (undecided and got["change_low"] < -0.10) or -0.30 < got["change"] < -0.10, got["change"]
 
 
 @contextlib.contextmanager
