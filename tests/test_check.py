@@ -222,11 +222,13 @@ def test_another_process_keeping_a_core_busy_does_not_fail_an_unchanged_dataset(
 
 
 def test_a_baseline_from_another_cpu_is_warned_of(baseline, tmp_path):
-    """The baseline's CPU ran the calibration's unit of work in 70% of the time it takes here (other
-    hardware): the regression stands, with a warning and the CPU's change in the JSON."""
+    """The baseline's CPU ran the calibration's unit of work in a quarter of the time it takes here (other
+    hardware): the regression stands, with a warning and the CPU's change in the JSON. A quarter, not a
+    nearer figure: this shared VM's own reading of the unit swung 2x between the module's baseline and this
+    test (a fresh-clone run read 29% less time against a baseline scaled to 70%)."""
     data = json.loads(baseline.read_text())
     here = data["reference"]["shape"]["unit_s"]
-    data["reference"]["shape"]["unit_s"] = here * 0.7
+    data["reference"]["shape"]["unit_s"] = here * 0.25
     other = tmp_path / "other-cpu.json"
     other.write_text(json.dumps(data))
     proc = run_cli("check", SLOWABLE, "--baseline", other, "--rounds", "2", "--json", tmp_path / "c.json",
