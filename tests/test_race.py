@@ -11,7 +11,7 @@ import pytest
 from conftest import SPECS, empty_result, fake_trial, quick_request
 
 from loadtune.analysis.comparison import SLOWER, TIED, UNDECIDED, Comparison, after_more
-from loadtune.analysis.race import (MIN_LEGS, PAIRS_PER_LEG, WIDE, RacePolicy, close, legs_to, next_leg, precision_note, pair_logs,
+from loadtune.analysis.race import (MIN_LEGS, joined_note, PAIRS_PER_LEG, WIDE, RacePolicy, close, legs_to, next_leg, precision_note, pair_logs,
                                     race_order, race_ratio, relative_to, standing_of, verdict)
 from loadtune.analysis.recommend import recommend
 from loadtune.engine.race import RaceRun, ending_note, race
@@ -20,17 +20,18 @@ from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
 from loadtune.model.trial import Block, Trial
 from loadtune.analysis.race import MAX_RACERS
-from loadtune.search.race import entrants
+from loadtune.search.race import challenger, entrants
 
 W0, W1, W2, W4 = (TrialConfig(32, w, False, 2 if w else None, bool(w)) for w in (0, 1, 2, 4))
 FLOOR = 0.02
 
 
 def simulated_leg(rates: dict, number: int, rng: random.Random, pairs: int = 4, block_noise: float = 0.04,
-                  drift: float = 0.05, process: float = 0.0) -> list[Trial]:
-    """One leg: a shared random walk of the machine's pace, independent noise per block, and (``process``)
-    a level each config's loaders land on in this process."""
-    levels = {c: math.exp(rng.gauss(0, process)) for c in rates}
+                  drift: float = 0.05, process: float = 0.0, pace: float = 1.0) -> list[Trial]:
+    """One leg: a shared random walk of the machine's pace, independent noise per block, (``process``)
+    a level each config's loaders land on in this process, and (``pace``) the speed the whole machine
+    runs at during this leg, every config alike."""
+    levels = {c: pace * math.exp(rng.gauss(0, process)) for c in rates}
     trials = {c: Trial(c, "ok", leg=number) for c in rates}
     pace = 0.0
     for order in race_orders(len(rates), pairs, rng.randrange(1 << 30)):
@@ -245,14 +246,15 @@ def test_the_runner_up_is_the_cheapest_of_the_rest_that_nothing_clearly_beats():
     assert entrants(result, FLOOR, memory_limit=10 * 2**30).configs == [W0, W4]
 
 
-def simulated_run(rates: dict, seed: int, budget_s: float | None = None) -> tuple[RaceRun, list[Trial], list]:
+def simulated_run(rates: dict, seed: int, budget_s: float | None = None, paces: tuple[float, ...] = (1.0,),
+                  trials: list[Trial] | None = None, **noise) -> tuple[RaceRun, list[Trial], list]:
     rng = random.Random(seed)
-    trials: list[Trial] = []
+    trials = [] if trials is None else trials
     legs: list = []
 
     def run_leg(configs, number):
         legs.append(list(configs))
-        leg = simulated_leg({c: rates[c] for c in configs}, number, rng)
+        leg = simulated_leg({c: rates[c] for c in configs}, number, rng, pace=paces[(number - 1) % len(paces)], **noise)
         for t in leg:
             t.wall_s = 1.0
         return leg
@@ -308,6 +310,53 @@ def test_the_race_rests_configs_another_leg_could_not_decide_and_says_so():
     assert how == "futile" and len(legs) < 5 and not v.decided
     assert "another leg could not decide" in ending_note(how, v, 5)
     assert close(v.standing(W2) if v.leader == W4 else v.standing(W4), FLOOR)
+
+
+def screened_apart() -> list[Trial]:
+    """The README example's screening on a machine whose pace wandered: w2 and w4, tied in long loops
+    (396 and 400 samples/s), read 335 and 479 alone, minutes apart; each run's blocks agreed within it."""
+    return [fake_trial(c, r) for c, r in ((W0, 300.0), (W1, 155.0), (W2, 335.0), (W4, 479.0))]
+
+
+WANDERING = (0.75, 1.25)  # the machine's pace in alternate legs
+STEADY = (1.0,)
+
+
+@pytest.mark.parametrize("paces", [STEADY, WANDERING])
+def test_a_cheaper_config_the_screening_left_out_joins_where_the_legs_show_runs_landing_far_apart(paces):
+    """The screening alone calls w2 slower than w4, so the race takes w4 and the defaults. Where its legs
+    then show runs landing far apart (the machine at 0.75x its pace in one leg, 1.25x in the next), w2
+    is not clearly slower any more, and, cheaper than the pick, it joins (before w1, which read slower
+    still); where the legs agree with the screening (a steady machine), nothing joins."""
+    result = empty_result()
+    result.trials = screened_apart()
+    assert entrants(result, FLOOR, memory_limit=10 * 2**30).configs == [W4, W0]
+    rng = random.Random(3)
+    result.trials += [t for n in (1, 2) for t in simulated_leg({W4: 479.0, W0: 300.0}, n, rng, pace=paces[(n - 1) % len(paces)])]
+    joins = challenger(result, [W4, W0], W4, FLOOR, memory_limit=10 * 2**30)
+    assert joins == (W2 if paces == WANDERING else None)
+    assert challenger(result, [W4, W0], W4, FLOOR, memory_limit=700 * 2**20) is None  # neither fits beside them
+    assert challenger(result, [W4, W0], W1, FLOOR, memory_limit=10 * 2**30) is None  # none cheaper than a w1 pick
+
+
+def test_a_config_that_joins_races_its_own_first_legs_and_is_picked_where_it_ties():
+    """On a wandering machine, w2 joins the race after its first legs and races two of its own beside the
+    leader; tied with w4 side by side, it is the pick, and a note says it joined. Only one joins (w1,
+    cheaper still, does not follow it): each costs legs. The turns' own noise is low here: how precise
+    a race's ratios are is other tests' matter."""
+    result = empty_result()
+    result.trials = screened_apart()
+    truth = {W4: 400.0, W2: 400.0, W0: 280.0, W1: 200.0}
+    run, trials, legs = simulated_run(truth, seed=5, paces=WANDERING, trials=result.trials, block_noise=0.01, drift=0.01)
+    run.pick = lambda: recommend(result.trials, FLOOR).config
+    run.challenger = lambda racing: challenger(result, racing, run.pick(), FLOOR, 10 * 2**30)
+    race(trials, [W4, W0], RacePolicy(FLOOR, 6), run)
+    assert legs[:MIN_LEGS] == [[W4, W0]] * MIN_LEGS
+    joined = [n for n, leg in enumerate(legs) if W2 in leg]
+    assert len(joined) >= MIN_LEGS and joined[0] >= MIN_LEGS and all(W4 in legs[n] for n in joined)
+    assert recommend(result.trials, FLOOR).config == W2 and not any(W1 in leg for leg in legs)
+    assert "w2 pf2 persist bs32 (from leg 3)" in joined_note(trials, [W4, W0])
+    assert joined_note(trials, [W4, W0, W2]) is None
 
 
 def test_a_resumed_race_goes_on_from_its_legs():

@@ -23,6 +23,7 @@ picked over the leader.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadtune.analysis.budget import RaceClock, narrowing
@@ -94,6 +95,11 @@ def legs(trials: list[Trial]) -> dict[int, dict[TrialConfig, Trial]]:
     return out
 
 
+def legs_raced(trials: list[Trial], config: TrialConfig) -> int:
+    """How many legs ``config`` ran in (a leg that failed it counts: it is not raced again for that)."""
+    return len({t.leg for t in trials if t.raced and t.config == config})
+
+
 def raced_configs(trials: list[Trial]) -> list[TrialConfig]:
     """Every config that ran in a leg that measured it, in order of first appearance."""
     return list(dict.fromkeys(t.config for t in trials if t.raced and t.ok))
@@ -159,12 +165,19 @@ def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
     ratios = {c: race_ratio(trials, c, leader) for c in configs if c != leader}
     if all(r is None for r in ratios.values()):
         return None
-    noise = run_noise(by_config([t for t in trials if not t.raced]))  # the legs' levels would widen it by the very gap
     standings = [Standing(leader, LEADER, None)]
     for c, r in ratios.items():
-        why = unsettled(trials, by, c, leader, regimes, noise, r)
+        why = unsettled(trials, by, c, leader, regimes, pair_noise(trials, c, leader), r)
         standings.append(Standing(c, UNDECIDED if why else standing_of(r, floor), r, why))
     return RaceVerdict(leader, standings)
+
+
+def pair_noise(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> RunNoise:
+    """The run-to-run spread that ``a`` and ``b``'s runs alone are judged with (``unsettled``): learned
+    from every run of the scan, the other configs' legs included (a machine whose pace wanders moves
+    each run's level, solo or raced), but not from the pair's own legs, whose levels would widen it by
+    the very gap the test looks for."""
+    return run_noise(by_config([t for t in trials if not t.raced or t.config not in (a, b)]))
 
 
 def unsettled(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: TrialConfig, b: TrialConfig,
@@ -184,6 +197,20 @@ def unsettled(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: Trial
         return None
     return (f"side by side {a.label()} read {raced.text()} {b.label()}, its runs alone {solo.value:.2f}× "
             f"({solo.low:.2f}–{solo.high:.2f}): the two disagree beyond both intervals")
+
+
+def joined_note(trials: list[Trial], entrants: list[TrialConfig]) -> str | None:
+    """What a race says of the configs that joined it after its first legs (``RacePolicy.racing``'s
+    challenger): who, from which leg, and why its run alone had not been enough to leave it out."""
+    first: dict[TrialConfig, int] = {}
+    for t in trials:
+        if t.raced and t.config not in entrants:
+            first[t.config] = min(first.get(t.config, t.leg), t.leg)
+    if not first:
+        return None
+    who = ", ".join(f"{c.label()} (from leg {leg})" for c, leg in first.items())
+    return (f"joined the race once its legs had measured how far runs land apart: {who}. Its run alone had read "
+            "it clearly slower than the pick, which that spread no longer did, and it is cheaper")
 
 
 def unsettled_configs(v: RaceVerdict | None) -> frozenset[TrialConfig]:
@@ -330,21 +357,36 @@ class RacePolicy:
     wide: float = WIDE
     racers: int = MAX_RACERS
 
-    def racing(self, trials: list[Trial], entrants: list[TrialConfig], pick: TrialConfig | None = None) -> list[TrialConfig]:
+    def racing(self, trials: list[Trial], entrants: list[TrialConfig], pick: TrialConfig | None = None,
+               challenger: Callable[[list[TrialConfig]], TrialConfig | None] | None = None) -> list[TrialConfig]:
         """Who runs the next leg: ``entrants`` until the race has a verdict (a leg cut short has none),
         every config raced so far until ``min_legs`` legs are run (``max_legs`` permitting), then the
         leader, the undecided that one more leg could decide, and ``pick`` (a raced config; else the
         leader) with those whose ratio to it is wider than ``wide`` where one more leg would narrow it
-        (``next_leg``). Empty: the race is over, whatever the legs left."""
+        (``next_leg``); a config that joined late races its own first legs beside the leader and the
+        pick. Where a racer's slot is free and the legs left hold a newcomer's first legs, ``challenger``
+        (given who would race) may name a config to join; one, at most, as each costs legs of its own.
+        Empty: the race is over, whatever the legs left."""
         current = verdict(trials, self.floor)
         if current is None:
             return entrants
         raced = raced_configs(trials)
-        if self.legs_run(trials) < self.first_legs:
+        run = self.legs_run(trials)
+        if run < self.first_legs:
             return raced
         pick = pick if pick in raced else current.leader
-        return next_leg(current, self.wide, self.floor, self.pairs_per_leg, pick, relative_to(trials, pick),
-                        self.max_legs - self.legs_run(trials))
+        going = next_leg(current, self.wide, self.floor, self.pairs_per_leg, pick, relative_to(trials, pick),
+                         self.max_legs - run)
+        young = [c for c in raced if legs_raced(trials, c) < self.first_legs]
+        if young:  # beside the best of those that ran their first legs: its ratio to them is the one it lacks
+            best = [c for c in race_order(trials, self.floor) if c not in young][:1]
+            going = list(dict.fromkeys([*best, *young, current.leader, pick, *going]))[:self.racers]
+        if challenger is not None and set(raced) <= set(entrants) and self.max_legs - run >= self.first_legs:
+            base = going or list(dict.fromkeys([current.leader, pick]))
+            joining = challenger(base) if len(base) < self.racers else None
+            if joining is not None and joining not in raced:
+                going = [*base, joining]
+        return going
 
     @property
     def first_legs(self) -> int:

@@ -19,7 +19,7 @@ from loadtune.model.settings import NOISE_FLOOR
 from loadtune.analysis.footprint import fault_regimes
 from loadtune.analysis.noise import alone, clearly_faster, gain, long_run, run_noise
 from loadtune.analysis.comparison import SLOWER, TIED
-from loadtune.analysis.race import LEADER, RaceVerdict, close, race_ratio, relative_to, run_range, unsettled
+from loadtune.analysis.race import LEADER, RaceVerdict, close, pair_noise, race_ratio, relative_to, run_range, unsettled
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.stats import indistinguishable
 
@@ -164,7 +164,7 @@ def unsettled_gain(trials: list[Trial], by: dict[TrialConfig, ConfigResult], pic
     """Where the gain over ``base`` rests on a state the scan did not set (``race.unsettled``): why, and
     the range of gains its runs span (the pick's figure over the fastest and the slowest of them)."""
     regimes = {c.config for c in (pick, base) if fault_regimes(c)}
-    noise = run_noise(by_config([t for t in trials if not t.raced]))
+    noise = pair_noise(trials, pick.config, base.config)
     why = unsettled(trials, by, pick.config, base.config, regimes, noise)
     seen, level = run_range(base), long_run(alone(pick), noise)
     if why is None or seen is None or level is None:

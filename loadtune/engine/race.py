@@ -10,7 +10,9 @@ race policy's (``analysis.race.RacePolicy``, autotune's too): every raced config
 fresh processes each, so what differs between processes enters the intervals; then the leader and the
 configs still undecided against it, and the pick with the configs whose ratio to it is known too
 loosely where one more leg would narrow it, until none is left, the race's legs are spent, or the
-scan's budget is.
+scan's budget is. Once its legs have taught the scan how far runs land apart, a cheaper config the
+screening had left out as slower, and that spread no longer calls slower, joins for legs of its own
+(``search.race.challenger``).
 
 Why a process per config rather than every loader in one: a loader in a shared process paid for its
 neighbours' workers. Each fork of a neighbour's workers makes the shared process's pages
@@ -71,6 +73,8 @@ class RaceRun:
     recorded: Callable[[list[Trial]], None]  # the leg's trials, to keep and save
     share_s: float = 0.0  # a config's share of a leg until one has run: a screening trial's length
     pick: Callable[[], TrialConfig | None] = lambda: None  # the pick so far (the race's leader if none)
+    # given who would race the next leg, a config left out that may join it (``search.race.challenger``)
+    challenger: Callable[[list[TrialConfig]], TrialConfig | None] | None = None
 
 
 def race(trials: list[Trial], entrants: list[TrialConfig], policy: RacePolicy, race_run: RaceRun) -> str:
@@ -79,7 +83,7 @@ def race(trials: list[Trial], entrants: list[TrialConfig], policy: RacePolicy, r
     how it ended: "decided", "futile" (those left undecided sit so near the noise floor that another leg
     could not decide them), "legs" (its legs were spent), "budget" or "failed"."""
     number = policy.legs_run(trials)
-    configs = policy.racing(trials, entrants, race_run.pick())
+    configs = policy.racing(trials, entrants, race_run.pick(), race_run.challenger)
     last_wall = race_run.share_s
     while len(configs) >= 2:
         if number >= policy.max_legs:
@@ -92,7 +96,8 @@ def race(trials: list[Trial], entrants: list[TrialConfig], policy: RacePolicy, r
         if not any(t.ok for t in leg):
             return "failed"
         last_wall = sum(t.wall_s for t in leg) / len(leg)
-        configs = policy.racing(trials, entrants, race_run.pick()) if verdict(trials, policy.floor) is not None else []
+        configs = (policy.racing(trials, entrants, race_run.pick(), race_run.challenger)
+                   if verdict(trials, policy.floor) is not None else [])
     current = verdict(trials, policy.floor)
     if current is not None and current.undecided:  # those left rest: another leg could not decide them
         return "legs" if number >= policy.max_legs else "futile"

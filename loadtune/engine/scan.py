@@ -21,7 +21,7 @@ from loadtune.engine import stages as stages_mod
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
 from loadtune.analysis.budget import STARTUP_S, WARMUP_SHARE, RaceClock, mean_leg_s, measured_leg_s, screening_blocks
-from loadtune.analysis.race import precision_note, unsettled_configs, unsettled_note
+from loadtune.analysis.race import joined_note, precision_note, unsettled_configs, unsettled_note
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.engine.plan import Plan, prepare, race_policy, races, resume_from
 from loadtune.engine.race import RaceRun, ending_note, race, run_leg
@@ -35,7 +35,7 @@ from loadtune.model.results import ScanResult
 from loadtune.model.scanfile import check_writable
 from loadtune.model.trial import Trial
 from loadtune.model.settings import ScanOptions
-from loadtune.search.race import entrants, race_memory_limit
+from loadtune.search.race import challenger, entrants, race_memory_limit
 
 NO_REFERENCE = "no reference for check"  # how the notes that say why none was recorded begin
 NO_PROFILE_WITH_RANKS = ("no stage profile or bound with several ranks: the profile models one loader, and ranks share "
@@ -220,8 +220,8 @@ def race_contenders(run: Run) -> None:
     if not races(opts):
         return
     policy = race_policy(opts)
-    chosen = entrants(result, opts.noise_floor, race_memory_limit(opts.max_memory, run.plan.machine.memory_available_bytes),
-                      policy.racers)
+    limit = race_memory_limit(opts.max_memory, run.plan.machine.memory_available_bytes)
+    chosen = entrants(result, opts.noise_floor, limit, policy.racers)
     if chosen.left_out:
         result.notes.append("left out of the race for memory (its loaders all live at once): "
                             + ", ".join(c.label() for c in chosen.left_out))
@@ -242,12 +242,14 @@ def race_contenders(run: Run) -> None:
     fits = lambda seconds: not opts.budget or run.spent_s + seconds + expected_trial_s(result, opts) <= opts.budget
     pick = lambda: result.recommendation.config if result.recommendation else None
     share = measured_leg_s(opts, result.trials, len(chosen.configs), policy.pairs_per_leg) / max(1, len(chosen.configs))
-    how = race(result.trials, chosen.configs, policy, RaceRun(leg, fits, recorded, share, pick))
+    joins = lambda racing: challenger(result, racing, pick(), opts.noise_floor, limit)
+    how = race(result.trials, chosen.configs, policy, RaceRun(leg, fits, recorded, share, pick, joins))
     if how == "budget" and not any(t.raced for t in result.trials):
         result.notes.append(f"no race: its first leg would exceed the {opts.budget:g} s budget; the pick comes from "
                             "the screening's trials, each timed alone")
     final = race_verdict(result.trials, opts.noise_floor)
-    notes = [ending_note(how, final, opts.race_legs), unsettled_note(result.trials, final)]
+    notes = [ending_note(how, final, opts.race_legs), unsettled_note(result.trials, final),
+             joined_note(result.trials, chosen.configs)]
     if pick() is not None and any(t.raced for t in result.trials):
         clock = RaceClock(mean_leg_s(result.trials), run.spent_s, opts.budget, opts.race_legs, expected_trial_s(result, opts))
         notes.append(precision_note(result.trials, pick(), policy.wide, policy.pairs_per_leg, policy.legs_run(result.trials),

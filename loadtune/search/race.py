@@ -9,7 +9,7 @@ paired verdict too), while their loaders, alive together, fit in memory. Where t
 (a pick far ahead of the rest, and the defaults' own), the best of the rest races it (the cheapest
 that none of the others clearly beats): the pick's lead becomes a paired figure, and its repeated runs
 teach the scan its run-to-run noise, without which the table's ± is one run's blocks' and says nothing
-of the next run.
+of the next run. Once it has, a cheaper config the screening left out may join (``challenger``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loadtune.analysis.race import MAX_RACERS
-from loadtune.analysis.recommend import baseline_for, contenders
+from loadtune.analysis.recommend import baseline_for, contenders, cost
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ConfigResult, ScanResult, by_config
 
@@ -78,6 +78,29 @@ def runner_up(configs: list[ConfigResult], wanted: list[ConfigResult], noise_flo
     taken = {c.config for c in wanted}
     rest = [c for c in configs if c.ok and c.estimate is not None and c.config not in taken]
     return contenders(rest, noise_floor)[:1]
+
+
+def challenger(result: ScanResult, racing: list[TrialConfig], pick: TrialConfig | None, noise_floor: float,
+               memory_limit: int) -> TrialConfig | None:
+    """A config the race left out that may join ``racing`` in the next legs: cheaper than ``pick``,
+    never raced, and a contender again (nothing clearly faster) now that the race's legs have taught
+    the scan how far its runs land apart (``contenders`` over every trial). The screening left it out
+    on one run of each config, minutes apart, and a floor set before any spread was learned: on a
+    machine whose pace wandered ±20% between seconds, that read a config tied with the pick as 30%
+    slower, and the race never met the cheaper answer. Of several, the fastest alone joins first: the
+    likeliest to tie the pick, as far as runs that far apart can say. None where no such config fits
+    beside ``racing`` in ``memory_limit``, or ``pick`` is not known."""
+    configs = by_config(result.trials)
+    mine = next((c for c in configs if c.config == pick), None)
+    if mine is None:
+        return None
+    raced = {t.config for t in result.trials if t.raced}
+    largest = max((c.memory.peak_bytes for c in configs if c.memory), default=0)
+    need = lambda c: c.memory.peak_bytes if c.memory else largest  # as ``entrants`` counts it
+    used = sum(need(c) for c in configs if c.config in racing)
+    cheaper = [c for c in contenders(configs, noise_floor) if cost(c) < cost(mine) and c.config not in raced
+               and used + need(c) <= memory_limit]
+    return max(cheaper, key=lambda c: c.estimate.median).config if cheaper else None
 
 
 def race_memory_limit(max_memory: int | None, memory_available: int) -> int:
