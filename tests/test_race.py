@@ -359,6 +359,30 @@ def test_a_config_that_joins_races_its_own_first_legs_and_is_picked_where_it_tie
     assert joined_note(trials, [W4, W0, W2]) is None
 
 
+def faulted(trial: Trial, share: float) -> Trial:
+    """``trial`` with its main process taking ``share`` of each 10 MiB batch's pages fresh."""
+    from loadtune.model.batch import BatchInfo
+    trial.batch = BatchInfo(10 * 2**20)
+    trial.blocks = [replace(b, faulted_bytes=int(share * b.batches * 10 * 2**20)) for b in trial.blocks]
+    return trial
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_runs_alone_that_a_wandering_machine_moved_do_not_unsettle_a_race_unless_a_state_could(fresh):
+    """w0 read 0.70x w2 alone and ties it side by side, while the machine's pace moved 0.75x-1.25x between
+    legs (w4's runs show it). Where w0 collated in the heap, that spread is the machine's, and the two
+    readings agree within it: the race decides. Where w0 took each batch's pages fresh, the gap can be its
+    allocator's state: judged by its runs alone, it is unsettled, as before."""
+    trials = [fake_trial(c, r) for c, r in ((W0, 335.0), (W2, 479.0), (W4, 300.0))]
+    rng = random.Random(2)
+    trials += [t for n in (1, 2, 3) for t in simulated_leg({W2: 400.0, W0: 400.0, W4: 280.0}, n, rng, block_noise=0.02,
+                                                          pace=WANDERING[(n - 1) % 2])]
+    trials = [faulted(t, 1.0 if fresh else 0.0) if t.config == W0 else t for t in trials]
+    v = verdict(trials, FLOOR)
+    standing = v.standing(W0) if v.leader == W2 else v.standing(W2)
+    assert (standing.unsettled is not None) == fresh, standing.unsettled
+
+
 def test_a_resumed_race_goes_on_from_its_legs():
     run, trials, legs = simulated_run({W4: 2000.0, W2: 1000.0}, seed=0)
     race(trials, [W4, W2], RacePolicy(FLOOR, 1), run)  # interrupted after one leg
@@ -536,12 +560,6 @@ def test_a_race_reading_its_solo_runs_contradict_is_undecided_and_no_gain_rests_
 def test_a_config_that_ran_in_two_states_of_its_allocator_is_not_the_leader():
     """A loader without workers whose runs took fresh pages in some processes and not in others: its
     ratios rest on that state, so the leader is a config the scan controlled and it stays undecided."""
-    from loadtune.model.batch import BatchInfo
-
-    def faulted(trial: Trial, share: float) -> Trial:
-        trial.batch = BatchInfo(10 * 2**20)
-        trial.blocks = [replace(b, faulted_bytes=int(share * b.batches * 10 * 2**20)) for b in trial.blocks]
-        return trial
     trials = race_trials({W0: 1100.0, W2: 1000.0}, legs=3, seed=3, block_noise=0.02)
     for t in trials:
         if t.config == W0:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from loadtune.analysis.budget import RaceClock, narrowing
 from loadtune.analysis.comparison import UNDECIDED, Comparison, after_more, compare
-from loadtune.analysis.footprint import fault_regimes
+from loadtune.analysis.footprint import fault_regimes, takes_fresh_pages
 from loadtune.analysis.noise import RunNoise, alone, long_run, run_noise
 from loadtune.analysis.stats import Ratio, ratio
 from loadtune.model.config import TrialConfig
@@ -167,17 +167,23 @@ def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
         return None
     standings = [Standing(leader, LEADER, None)]
     for c, r in ratios.items():
-        why = unsettled(trials, by, c, leader, regimes, pair_noise(trials, c, leader), r)
+        why = unsettled(trials, by, c, leader, regimes, pair_noise(trials, by, c, leader), r)
         standings.append(Standing(c, UNDECIDED if why else standing_of(r, floor), r, why))
     return RaceVerdict(leader, standings)
 
 
-def pair_noise(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> RunNoise:
-    """The run-to-run spread that ``a`` and ``b``'s runs alone are judged with (``unsettled``): learned
-    from every run of the scan, the other configs' legs included (a machine whose pace wanders moves
-    each run's level, solo or raced), but not from the pair's own legs, whose levels would widen it by
-    the very gap the test looks for."""
-    return run_noise(by_config([t for t in trials if not t.raced or t.config not in (a, b)]))
+def pair_noise(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: TrialConfig, b: TrialConfig) -> RunNoise:
+    """The run-to-run spread that ``a`` and ``b``'s runs alone are judged with (``unsettled``). Where
+    neither takes its batches' pages fresh (``footprint.takes_fresh_pages``), their speed follows no
+    state of their own, only the machine's pace: the spread is learned from every run of the scan, the
+    other configs' legs included, as a machine that wanders moves every run's level, solo or raced (on
+    such a machine the README example's w2 read 0.70x w4 alone and 1.0x side by side, and long loops
+    agreed with the race). Where one does, a gap between its runs alone and its legs is that state's
+    signature, and the runs alone are judged by their own spread: on 96 MiB batches, the other
+    configs' legs would have hidden the defaults' two speeds (3.1x side by side, 2.6x in long loops).
+    Never the pair's own legs either way: their levels would widen it by the very gap the test looks for."""
+    steady = not any(takes_fresh_pages(by[c]) for c in (a, b) if c in by)
+    return run_noise(by_config([t for t in trials if not t.raced or (steady and t.config not in (a, b))]))
 
 
 def unsettled(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: TrialConfig, b: TrialConfig,

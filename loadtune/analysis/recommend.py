@@ -164,7 +164,7 @@ def unsettled_gain(trials: list[Trial], by: dict[TrialConfig, ConfigResult], pic
     """Where the gain over ``base`` rests on a state the scan did not set (``race.unsettled``): why, and
     the range of gains its runs span (the pick's figure over the fastest and the slowest of them)."""
     regimes = {c.config for c in (pick, base) if fault_regimes(c)}
-    noise = pair_noise(trials, pick.config, base.config)
+    noise = pair_noise(trials, by, pick.config, base.config)
     why = unsettled(trials, by, pick.config, base.config, regimes, noise)
     seen, level = run_range(base), long_run(alone(pick), noise)
     if why is None or seen is None or level is None:
