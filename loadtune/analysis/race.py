@@ -206,7 +206,7 @@ def unsettled(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: Trial
 
 
 def joined_note(trials: list[Trial], entrants: list[TrialConfig]) -> str | None:
-    """What a race says of the configs that joined it after its first legs (``RacePolicy.racing``'s
+    """What a race says of the config that joined it after its first legs (``RacePolicy.racing``'s
     challenger): who, from which leg, and why its run alone had not been enough to leave it out."""
     first: dict[TrialConfig, int] = {}
     for t in trials:
@@ -369,10 +369,11 @@ class RacePolicy:
         every config raced so far until ``min_legs`` legs are run (``max_legs`` permitting), then the
         leader, the undecided that one more leg could decide, and ``pick`` (a raced config; else the
         leader) with those whose ratio to it is wider than ``wide`` where one more leg would narrow it
-        (``next_leg``); a config that joined late races its own first legs beside the leader and the
-        pick. Where a racer's slot is free and the legs left hold a newcomer's first legs, ``challenger``
-        (given who would race) may name a config to join; one, at most, as each costs legs of its own.
-        Empty: the race is over, whatever the legs left."""
+        (``next_leg``); a config that joined late races its own first legs beside the best of those
+        that ran theirs (and the leader and the pick, racers permitting). Where a racer's slot is free
+        and the legs left hold a newcomer's first legs, ``challenger`` (given who would race) may name a
+        config to join; one, at most, as each costs legs of its own. Empty: the race is over, whatever
+        the legs left."""
         current = verdict(trials, self.floor)
         if current is None:
             return entrants

@@ -87,8 +87,8 @@ def challenger(result: ScanResult, racing: list[TrialConfig], pick: TrialConfig 
     the scan how far its runs land apart (``contenders`` over every trial). The screening left it out
     on one run of each config, minutes apart, and a floor set before any spread was learned: on a
     machine whose pace wandered ±20% between seconds, that read a config tied with the pick as 30%
-    slower, and the race never met the cheaper answer. Of several, the fastest alone joins first: the
-    likeliest to tie the pick, as far as runs that far apart can say. None where no such config fits
+    slower, and the race never met the cheaper answer. Of several, the fastest alone: the likeliest to
+    tie the pick, as far as runs that far apart can say. None where no such config fits
     beside ``racing`` in ``memory_limit``, or ``pick`` is not known."""
     configs = by_config(result.trials)
     mine = next((c for c in configs if c.config == pick), None)
