@@ -85,6 +85,12 @@ class RaceVerdict:
     def standing(self, config: TrialConfig) -> Standing | None:
         return next((s for s in self.standings if s.config == config), None)
 
+    @property
+    def order(self) -> list[TrialConfig]:
+        """The raced configs as the race ranks them: the leader, then the others by their ratio to it."""
+        rest = sorted((s for s in self.standings if s.status != LEADER), key=lambda s: -(s.ratio.value if s.ratio else 0.0))
+        return [self.leader, *(s.config for s in rest)]
+
 
 def legs(trials: list[Trial]) -> dict[int, dict[TrialConfig, Trial]]:
     """The race's legs by number: each raced config's trial in it."""
@@ -386,7 +392,7 @@ class RacePolicy:
                          self.max_legs - run)
         young = [c for c in raced if legs_raced(trials, c) < self.first_legs]
         if young:  # beside the best of those that ran their first legs: its ratio to them is the one it lacks
-            best = [c for c in race_order(trials, self.floor) if c not in young][:1]
+            best = [c for c in current.order if c not in young][:1]
             going = list(dict.fromkeys([*best, *young, current.leader, pick, *going]))[:self.racers]
         if challenger is not None and set(raced) <= set(entrants) and self.max_legs - run >= self.first_legs:
             base = going or list(dict.fromkeys([current.leader, pick]))
@@ -406,12 +412,9 @@ class RacePolicy:
 
 
 def race_order(trials: list[Trial], floor: float) -> list[TrialConfig]:
-    """The raced configs as the race ranks them: the leader, then the others by their ratio to it."""
+    """The raced configs as the race ranks them (``RaceVerdict.order``); none before a verdict."""
     v = verdict(trials, floor)
-    if v is None:
-        return []
-    rest = sorted((s for s in v.standings if s.status != LEADER), key=lambda s: -(s.ratio.value if s.ratio else 0.0))
-    return [v.leader, *(s.config for s in rest)]
+    return v.order if v is not None else []
 
 
 def relative_to(trials: list[Trial], pick: TrialConfig) -> dict[TrialConfig, Comparison]:

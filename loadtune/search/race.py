@@ -14,6 +14,7 @@ of the next run. Once it has, a cheaper config the screening left out may join (
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadtune.analysis.race import MAX_RACERS
@@ -57,17 +58,24 @@ def entrants(result: ScanResult, noise_floor: float, memory_limit: int, racers: 
     chosen: list[TrialConfig] = []
     left_out: list[TrialConfig] = []
     used = 0
-    largest = max((c.memory.peak_bytes for c in configs if c.memory), default=0)
+    need_of = memory_need(configs)
     for c in {c.config: c for c in wanted}.values():
         if len(chosen) == racers:
             break
-        need = c.memory.peak_bytes if c.memory else largest
+        need = need_of(c)
         if chosen and used + need > memory_limit:
             left_out.append(c.config)
             continue
         chosen.append(c.config)
         used += need
     return Entrants(chosen if len(chosen) >= 2 else [], left_out)
+
+
+def memory_need(configs: list[ConfigResult]) -> Callable[[ConfigResult], int]:
+    """What a config's live loader is counted to hold in a leg: the peak of its screening runs, or, where
+    its memory was not measured, the largest any config measured."""
+    largest = max((c.memory.peak_bytes for c in configs if c.memory), default=0)
+    return lambda c: c.memory.peak_bytes if c.memory else largest
 
 
 def runner_up(configs: list[ConfigResult], wanted: list[ConfigResult], noise_floor: float) -> list[ConfigResult]:
@@ -95,8 +103,7 @@ def challenger(result: ScanResult, racing: list[TrialConfig], pick: TrialConfig 
     if mine is None:
         return None
     raced = {t.config for t in result.trials if t.raced}
-    largest = max((c.memory.peak_bytes for c in configs if c.memory), default=0)
-    need = lambda c: c.memory.peak_bytes if c.memory else largest  # as ``entrants`` counts it
+    need = memory_need(configs)
     used = sum(need(c) for c in configs if c.config in racing)
     cheaper = [c for c in contenders(configs, noise_floor) if cost(c) < cost(mine) and c.config not in raced
                and used + need(c) <= memory_limit]
