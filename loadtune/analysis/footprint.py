@@ -30,6 +30,11 @@ UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 # kernel, above which its allocator hands freed batches back: about 1% in a process that reuses them
 # (the loop's own small allocations), 20-100% in one that does not (benchmarks/RESULTS.md, "Fresh pages")
 FRESH_SHARE = 0.10
+# How much more of a batch one run took fresh than another for the two to be two states of the allocator:
+# a run's blocks agree within a few percent of a batch; glibc giving the samples' pages back after each
+# batch, or keeping them, moved a run by the samples' bytes (96 or 192 MiB per 96 MiB batch,
+# benchmarks/RESULTS.md, "Fresh pages")
+REGIME_SHARE = 0.25
 
 
 def parse_size(text: str | int | float) -> int:
@@ -145,13 +150,35 @@ def takes_fresh_pages(config: ConfigResult) -> bool:
     return config.ok and big and share is not None and share >= FRESH_SHARE
 
 
+def run_shares(config: ConfigResult) -> list[float]:
+    """Each of its runs' share of a batch taken fresh (``fresh_share``), where recorded."""
+    return [s for t in config.trials if t.ok and (s := fresh_share(ConfigResult(config.config, [t]))) is not None]
+
+
 def fault_regimes(config: ConfigResult) -> bool:
-    """Some of its runs took each batch's pages fresh (``FRESH_SHARE`` or more) and others did not (under
-    half that): it ran in two states of its allocator, which no knob of the scan set."""
+    """Its runs took pages in states of its allocator that no knob of the scan set: some took each
+    batch's pages fresh (``FRESH_SHARE`` or more) and others did not (under half that), or all took some
+    fresh, but ``REGIME_SHARE`` of a batch more in some runs than in others (glibc gave the samples'
+    pages back after each batch in some processes and kept them in others)."""
     if config.batch is None or config.batch.nbytes < HEAP_MIN_BATCH:
         return False
-    shares = [s for t in config.trials if t.ok and (s := fresh_share(ConfigResult(config.config, [t]))) is not None]
-    return any(s >= FRESH_SHARE for s in shares) and any(s < FRESH_SHARE / 2 for s in shares)
+    shares = run_shares(config)
+    if not shares or max(shares) < FRESH_SHARE:
+        return False
+    return min(shares) < FRESH_SHARE / 2 or max(shares) - min(shares) >= REGIME_SHARE
+
+
+def fresh_text(config: ConfigResult) -> str:
+    """What it took fresh from the kernel per batch, run by run: one figure where its runs agree, else
+    the range (the states of its allocator ``fault_regimes`` tells apart)."""
+    shares, nbytes = run_shares(config), config.batch.nbytes if config.batch is not None else 0
+    if not shares or nbytes <= 0:
+        return f"{config.config.label()} took its batches' pages fresh from the kernel"
+    low, high = min(shares), max(shares)
+    if high - low < REGIME_SHARE:
+        return f"{config.config.label()} took {size_text(statistics.median(shares) * nbytes)} of fresh pages from the kernel per batch"
+    return (f"{config.config.label()} took {size_text(low * nbytes)} to {size_text(high * nbytes)} of fresh pages from "
+            "the kernel per batch from one run to the next")
 
 
 def fresh_page_takers(configs: list[ConfigResult]) -> list[tuple[float, ConfigResult]]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from loadtune.analysis.budget import RaceClock, narrowing
 from loadtune.analysis.comparison import UNDECIDED, Comparison, after_more, compare
-from loadtune.analysis.footprint import fault_regimes, takes_fresh_pages
+from loadtune.analysis.footprint import fault_regimes, fresh_text, takes_fresh_pages
 from loadtune.analysis.noise import RunNoise, alone, long_run, run_noise
 from loadtune.analysis.stats import Ratio, ratio
 from loadtune.model.config import TrialConfig
@@ -201,8 +201,7 @@ def unsettled(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: Trial
     where the caller has it."""
     for c in (a, b):
         if c in regimes:
-            return (f"{c.label()} took each batch's pages fresh from the kernel in some runs and not in others: "
-                    "its speed follows its allocator's state")
+            return f"{fresh_text(by[c])}: its speed follows its allocator's state"
     solo = solo_ratio(by[a], by[b], noise)
     raced = raced or race_ratio(trials, a, b)
     if solo is None or raced is None or max(solo.low / raced.high, raced.low / solo.high) <= 1 + REGIME_GAP:

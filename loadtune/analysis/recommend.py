@@ -11,12 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from loadtune.analysis.footprint import over_limit, size_text
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig, transfer_cost
 from loadtune.model.results import ConfigResult, Recommendation, ScanResult, Versus, by_config
 from loadtune.model.trial import Trial
 from loadtune.model.settings import NOISE_FLOOR
-from loadtune.analysis.footprint import fault_regimes
+from loadtune.analysis.footprint import fault_regimes, fresh_text, over_limit, size_text, takes_fresh_pages
 from loadtune.analysis.noise import alone, clearly_faster, gain, long_run, run_noise
 from loadtune.analysis.comparison import SLOWER, TIED
 from loadtune.analysis.race import LEADER, RaceVerdict, close, pair_noise, race_ratio, relative_to, run_range, unsettled
@@ -105,19 +104,15 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory:
     if mine in tied:  # keep what you have: nothing measured beats it beyond the noise
         pick = mine
     base = baseline_for(configs, pick.config.batch_size, current)
-    speed = gain(pick, base, run_noise(configs)) if base else None
     return with_versus(Recommendation(
         config=pick.config,
         best=best.config,
         tied=[t.config for t in tied],
         baseline=base.config if base else None,
-        speedup=speed.ratio.value if speed else None,
-        speedup_low=speed.ratio.low if speed else None,
-        speedup_high=speed.ratio.high if speed and math.isfinite(speed.ratio.high) else None,
         reason=(keep_reason(pick, tied) if pick is mine else explain(pick, best, tied)) + excluded_reason(excluded, max_memory),
         excluded=[c.config for c in excluded],
         max_memory=max_memory,
-        speedup_rounds=speed.rounds if speed else 0,
+        **gain_over(trials, configs, pick, base),
     ), trials, current)
 
 
@@ -139,37 +134,56 @@ def race_pick(trials: list[Trial], configs: list[ConfigResult], raced: RaceVerdi
     if mine in tied:
         pick = mine
     base = baseline_for(configs, pick.config.batch_size, current)
-    paired = race_ratio(trials, pick.config, base.config) if base and base is not pick else None
-    speed = None if paired or not base else gain(pick, base, run_noise(configs))
     reason = keep_reason(pick, tied) if pick is mine else race_reason(pick, raced, tied)
-    apart = unsettled_gain(trials, by, pick, base) if base and base is not pick else None
-    if apart is not None:
-        return Recommendation(
-            config=pick.config, best=raced.leader, tied=[t.config for t in tied], baseline=base.config, speedup=None,
-            speedup_low=apart[1], speedup_high=apart[2], gain_unsettled=apart[0],
-            reason=reason + excluded_reason(excluded, max_memory), excluded=[c.config for c in excluded], max_memory=max_memory)
     return Recommendation(
         config=pick.config, best=raced.leader, tied=[t.config for t in tied], baseline=base.config if base else None,
-        speedup=paired.value if paired else (speed.ratio.value if speed else None),
-        speedup_low=paired.low if paired else (speed.ratio.low if speed else None),
-        speedup_high=paired.high if paired else (speed.ratio.high if speed and math.isfinite(speed.ratio.high) else None),
         reason=reason + excluded_reason(excluded, max_memory), excluded=[c.config for c in excluded], max_memory=max_memory,
-        speedup_rounds=speed.rounds if speed else 0,
-        speedup_pairs=paired.pairs if paired else 0,
+        **gain_over(trials, configs, pick, base),
     )
+
+
+def gain_over(trials: list[Trial], configs: list[ConfigResult], pick: ConfigResult, base: ConfigResult | None) -> dict:
+    """The recommendation's figures of the gain over ``base``: the range and its cause where the gain
+    rests on a state the scan did not set (``unsettled_gain``), else the race's ratio side by side
+    where both raced, else the closing rounds' or the runs' (``noise.gain``)."""
+    none = {"speedup": None, "speedup_low": None, "speedup_high": None}
+    if base is None:
+        return none
+    if base is not pick:
+        apart = unsettled_gain(trials, {c.config: c for c in configs}, pick, base)
+        if apart is not None:
+            return {**none, "speedup_low": apart[1], "speedup_high": apart[2], "gain_unsettled": apart[0]}
+        paired = race_ratio(trials, pick.config, base.config)
+        if paired is not None:
+            return {"speedup": paired.value, "speedup_low": paired.low, "speedup_high": paired.high,
+                    "speedup_pairs": paired.pairs}
+    speed = gain(pick, base, run_noise(configs))
+    if speed is None:
+        return none
+    return {"speedup": speed.ratio.value, "speedup_low": speed.ratio.low, "speedup_rounds": speed.rounds,
+            "speedup_high": speed.ratio.high if math.isfinite(speed.ratio.high) else None}
 
 
 def unsettled_gain(trials: list[Trial], by: dict[TrialConfig, ConfigResult], pick: ConfigResult,
                    base: ConfigResult) -> tuple[str, float, float] | None:
-    """Where the gain over ``base`` rests on a state the scan did not set (``race.unsettled``): why, and
-    the range of gains its runs span (the pick's figure over the fastest and the slowest of them)."""
+    """Where the gain over ``base`` rests on a state the scan did not set: why, and the range of gains
+    its runs span (the pick's figure over the fastest and the slowest of them). Such a state is one
+    ``race.unsettled`` finds, or the allocator's wherever either config takes its batches' pages fresh
+    (``footprint.takes_fresh_pages``): how many pages, and so its speed, follows that state in the
+    process that runs it, and a training job's process need not be in the state the scan's were (a
+    loader without workers and 96 MiB batches took 96 or 192 MiB per batch, 366-632 samples/s)."""
     regimes = {c.config for c in (pick, base) if fault_regimes(c)}
     noise = pair_noise(trials, by, pick.config, base.config)
     why = unsettled(trials, by, pick.config, base.config, regimes, noise)
-    seen, level = run_range(base), long_run(alone(pick), noise)
-    if why is None or seen is None or level is None:
+    fresh = [c for c in (base, pick) if takes_fresh_pages(c)]
+    if why is None and fresh:
+        why = f"{fresh_text(fresh[0])}, as much as its allocator's state in each process decided"
+    level = long_run(alone(pick), noise)
+    ours = run_range(pick) if pick in fresh or pick.config in regimes else (level.median,) * 2 if level else None
+    seen = run_range(base)
+    if why is None or seen is None or ours is None:
         return None
-    return why, level.median / seen[1], level.median / seen[0]
+    return why, ours[0] / seen[1], ours[1] / seen[0]
 
 
 def defaults_versus(trials: list[Trial], pick: TrialConfig) -> Versus | None:
