@@ -100,13 +100,19 @@ def summary(scans: list[dict], rates: dict[str, list[float]]) -> dict:
     widths = [max(s["high"] / s["gain"] - 1, 1 - s["low"] / s["gain"]) for s in ok if s["gain"] and s["low"] and s["high"]]
     gains = [(s["gain"], s["low"], s["high"]) for s in ok if s["gain"] and s["low"] and s["high"]]
     overlapping = all(a[1] <= b[0] <= a[2] for a in gains for b in gains)
+    spans = [(s["low"], s["high"]) for s in ok if s["low"] and s["high"]]  # intervals and ranges alike
     medians = {k: statistics.median(v) for k, v in rates.items() if v}
     best = max(medians.values()) if medians else None
+    plain = [medians[s["pick"]] / medians[s["baseline"]] if s["pick"] in medians and s.get("baseline") in medians else None
+             for s in ok if s["low"] and s["high"]]
     return {
         "scans": len(scans), "measured": len(ok), "same_pick": max((picks.count(p) for p in set(picks)), default=0),
         "picks": picks, "gain_halfwidths": [round(w, 3) for w in widths],
         "within_10pct": sum(w <= 0.10 for w in widths), "gains_within_each_others_intervals": overlapping,
         "unsettled_gains": sum(bool(s.get("gain_unsettled")) for s in ok),
+        "spans_overlap": all(a[0] <= b[1] and b[0] <= a[1] for a in spans for b in spans),
+        "plain_gain_held": sum(g is not None and lo <= g <= hi for g, (lo, hi) in zip(plain, spans)),
+        "plain_gains": [round(g, 3) if g else None for g in plain],
         "median_answer_s": statistics.median(s["answer_s"] for s in scans) if scans else None,
         "median_wall_s": statistics.median(s["wall_s"] for s in scans) if scans else None,
         "plain_medians": {k: round(v, 1) for k, v in medians.items()},
@@ -124,10 +130,11 @@ def main() -> None:
     p.add_argument("--warm-s", type=float, default=3.0)
     p.add_argument("--long-s", type=float, default=8.0)
     p.add_argument("--out", type=Path)
-    p.add_argument("--show", type=Path, help="print the summary of a saved run")
+    p.add_argument("--show", type=Path, help="print the summary of a saved run (recomputed from its scans and loops)")
     args = p.parse_args()
     if args.show:
-        print(json.dumps(read_json(args.show)["summary"], indent=1))
+        saved = read_json(args.show)
+        print(json.dumps(summary(saved["scans"], saved["plain"]), indent=1))
         return
     out = {"meta": run_meta(), "command": " ".join(sys.argv), "spec": args.spec, "scans": []}
     for i in range(args.scans):

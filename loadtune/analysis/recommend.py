@@ -16,7 +16,7 @@ from loadtune.model.results import ConfigResult, Recommendation, ScanResult, Ver
 from loadtune.model.trial import Trial
 from loadtune.model.settings import NOISE_FLOOR
 from loadtune.analysis.footprint import fault_regimes, fresh_text, over_limit, size_text, takes_fresh_pages
-from loadtune.analysis.noise import alone, clearly_faster, gain, long_run, run_noise
+from loadtune.analysis.noise import clearly_faster, gain, run_noise
 from loadtune.analysis.comparison import SLOWER, TIED
 from loadtune.analysis.race import LEADER, RaceVerdict, close, pair_noise, race_ratio, relative_to, run_range, unsettled
 from loadtune.analysis.race import verdict as race_verdict
@@ -167,7 +167,8 @@ def gain_over(trials: list[Trial], configs: list[ConfigResult], pick: ConfigResu
 def unsettled_gain(trials: list[Trial], by: dict[TrialConfig, ConfigResult], pick: ConfigResult,
                    base: ConfigResult) -> tuple[str, float, float] | None:
     """Where the gain over ``base`` rests on a state the scan did not set: why, and the range of gains
-    its runs span (the pick's figure over the fastest and the slowest of them). Such a state is one
+    the two configs' runs span (the pick's slowest run over the baseline's fastest, its fastest over
+    the baseline's slowest: the machine's pace moves the pick's runs too). Such a state is one
     ``race.unsettled`` finds, or the allocator's wherever either config takes its batches' pages fresh
     (``footprint.takes_fresh_pages``): how many pages, and so its speed, follows that state in the
     process that runs it, and a training job's process need not be in the state the scan's were (a
@@ -178,9 +179,7 @@ def unsettled_gain(trials: list[Trial], by: dict[TrialConfig, ConfigResult], pic
     fresh = [c for c in (base, pick) if takes_fresh_pages(c)]
     if why is None and fresh:
         why = f"{fresh_text(fresh[0])}, as much as its allocator's state in each process decided"
-    level = long_run(alone(pick), noise)
-    ours = run_range(pick) if pick in fresh or pick.config in regimes else (level.median,) * 2 if level else None
-    seen = run_range(base)
+    ours, seen = run_range(pick), run_range(base)
     if why is None or seen is None or ours is None:
         return None
     return why, ours[0] / seen[1], ours[1] / seen[0]
