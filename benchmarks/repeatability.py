@@ -94,6 +94,13 @@ def truth(spec: str, configs: list[TrialConfig], rounds: int, warm_s: float, tim
     return rates
 
 
+def truth_span(rates: dict[str, list[float]], scan: dict) -> tuple[float, float] | None:
+    """The range of gains the long loops span for a scan's pick over its baseline: the pick's slowest
+    loop over the baseline's fastest, and its fastest over the baseline's slowest."""
+    pick, base = rates.get(scan.get("pick")), rates.get(scan.get("baseline"))
+    return (min(pick) / max(base), max(pick) / min(base)) if pick and base else None
+
+
 def summary(scans: list[dict], rates: dict[str, list[float]]) -> dict:
     ok = [s for s in scans if "pick" in s]
     picks = [s["pick"] for s in ok]
@@ -105,6 +112,7 @@ def summary(scans: list[dict], rates: dict[str, list[float]]) -> dict:
     best = max(medians.values()) if medians else None
     plain = [medians[s["pick"]] / medians[s["baseline"]] if s["pick"] in medians and s.get("baseline") in medians else None
              for s in ok if s["low"] and s["high"]]
+    truths = [truth_span(rates, s) for s in ok if s["low"] and s["high"]]
     return {
         "scans": len(scans), "measured": len(ok), "same_pick": max((picks.count(p) for p in set(picks)), default=0),
         "picks": picks, "gain_halfwidths": [round(w, 3) for w in widths],
@@ -113,6 +121,10 @@ def summary(scans: list[dict], rates: dict[str, list[float]]) -> dict:
         "spans_overlap": all(a[0] <= b[1] and b[0] <= a[1] for a in spans for b in spans),
         "plain_gain_held": sum(g is not None and lo <= g <= hi for g, (lo, hi) in zip(plain, spans)),
         "plain_gains": [round(g, 3) if g else None for g in plain],
+        # where the baseline's speed follows a state (the allocator's), its long loops land at several
+        # speeds too: the range of gains they span, and the scans' spans that meet it
+        "plain_gain_ranges": [[round(g, 3) for g in t] if t else None for t in truths],
+        "spans_meeting_plain_range": sum(t is not None and lo <= t[1] and t[0] <= hi for t, (lo, hi) in zip(truths, spans)),
         "median_answer_s": statistics.median(s["answer_s"] for s in scans) if scans else None,
         "median_wall_s": statistics.median(s["wall_s"] for s in scans) if scans else None,
         "plain_medians": {k: round(v, 1) for k, v in medians.items()},
