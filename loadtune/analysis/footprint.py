@@ -175,7 +175,7 @@ def fresh_text(config: ConfigResult) -> str:
     if not shares or nbytes <= 0:
         return f"{config.config.label()} took its batches' pages fresh from the kernel"
     low, high = min(shares), max(shares)
-    if high - low < REGIME_SHARE:
+    if not fault_regimes(config):
         return f"{config.config.label()} took {size_text(statistics.median(shares) * nbytes)} of fresh pages from the kernel per batch"
     return (f"{config.config.label()} took {size_text(low * nbytes)} to {size_text(high * nbytes)} of fresh pages from "
             "the kernel per batch from one run to the next")

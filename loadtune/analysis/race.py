@@ -160,11 +160,12 @@ def close(standing: Standing, floor: float) -> bool:
 def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
     """Where every raced config stands against the leader; None before any leg measured enough turn
     pairs for a ratio (a leg cut short has no leader). The leader is one whose speed the scan
-    controlled where there is one; a config whose standing rests on a state the scan did not set is
-    undecided, whatever its ratio reads (``unsettled``)."""
+    controlled where there is one (not one whose allocator ran in states that move its speed:
+    ``fault_regimes``, ``allocator_moves``); a config whose standing rests on a state the scan did
+    not set is undecided, whatever its ratio reads (``unsettled``)."""
     configs = raced_configs(trials)
     by = {c.config: c for c in by_config(trials)}
-    regimes = {c for c in configs if fault_regimes(by[c])}
+    regimes = {c for c in configs if fault_regimes(by[c]) and allocator_moves(trials, by, by[c])}
     leader = leader_of(trials, [c for c in configs if c not in regimes] or configs)
     if leader is None:
         return None
@@ -190,6 +191,23 @@ def pair_noise(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: Tria
     Never the pair's own legs either way: their levels would widen it by the very gap the test looks for."""
     steady = not any(takes_fresh_pages(by[c]) for c in (a, b) if c in by)
     return run_noise(by_config([t for t in trials if not t.raced or (steady and t.config not in (a, b))]))
+
+
+def allocator_moves(trials: list[Trial], by: dict[TrialConfig, ConfigResult], config: ConfigResult) -> bool:
+    """Whether the allocator's state moves ``config``'s speed by ``REGIME_GAP`` or more, as far as the scan
+    measured it: the same loader with the heap kept (``TrialConfig.heap``) ran that much faster, side by
+    side where both raced, else in their runs alone. Without that measurement (not glibc), it is taken
+    to. A loader that computes much per byte (the README's images: up to 5 MiB of 18 MiB batches fresh)
+    loses little to its faults: the states its allocator ran in are no regimes of its speed, and its
+    verdicts and the gain over it keep their intervals."""
+    kept = next((c for c in by.values() if c.ok and c.config.heap and c.config.with_knobs(heap=None) == config.config), None)
+    if kept is None:
+        return True
+    raced = race_ratio(trials, kept.config, config.config)
+    if raced is not None:
+        return raced.value >= 1 + REGIME_GAP
+    mine, theirs = alone(kept).estimate, alone(config).estimate
+    return mine is None or theirs is None or mine.median >= (1 + REGIME_GAP) * theirs.median
 
 
 def unsettled(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: TrialConfig, b: TrialConfig,

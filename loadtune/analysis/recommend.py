@@ -18,7 +18,7 @@ from loadtune.model.settings import NOISE_FLOOR
 from loadtune.analysis.footprint import fault_regimes, fresh_text, over_limit, size_text, takes_fresh_pages
 from loadtune.analysis.noise import clearly_faster, gain, run_noise
 from loadtune.analysis.comparison import SLOWER, TIED
-from loadtune.analysis.race import LEADER, RaceVerdict, close, pair_noise, race_ratio, relative_to, run_range, unsettled
+from loadtune.analysis.race import LEADER, RaceVerdict, allocator_moves, close, pair_noise, race_ratio, relative_to, run_range, unsettled
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.stats import indistinguishable
 
@@ -172,11 +172,12 @@ def unsettled_gain(trials: list[Trial], by: dict[TrialConfig, ConfigResult], pic
     ``race.unsettled`` finds, or the allocator's wherever either config takes its batches' pages fresh
     (``footprint.takes_fresh_pages``): how many pages, and so its speed, follows that state in the
     process that runs it, and a training job's process need not be in the state the scan's were (a
-    loader without workers and 96 MiB batches took 96 or 192 MiB per batch, 366-632 samples/s)."""
-    regimes = {c.config for c in (pick, base) if fault_regimes(c)}
+    loader without workers and 96 MiB batches took 96 or 192 MiB per batch, 366-632 samples/s), where
+    that state is shown to move its speed (``allocator_moves``)."""
+    regimes = {c.config for c in (pick, base) if fault_regimes(c) and allocator_moves(trials, by, c)}
     noise = pair_noise(trials, by, pick.config, base.config)
     why = unsettled(trials, by, pick.config, base.config, regimes, noise)
-    fresh = [c for c in (base, pick) if takes_fresh_pages(c)]
+    fresh = [c for c in (base, pick) if takes_fresh_pages(c) and allocator_moves(trials, by, c)]
     if why is None and fresh:
         why = f"{fresh_text(fresh[0])}, as much as its allocator's state in each process decided"
     ours, seen = run_range(pick), run_range(base)
