@@ -63,13 +63,14 @@ def one_scan(spec: str, flags: list[str]) -> dict:
         run = timed_scan([spec, *flags, "--json", str(out)], cwd=REPO)
         if not out.exists():
             return {"wall_s": run.wall_s, "answer_s": run.answer_s, "error": run.stderr[-2000:]}
-        result = ScanResult.load(out)
+        result, saved = ScanResult.load(out), json.loads(out.read_text())
     rec = result.recommendation
     raced = sorted({t.config.key: t.config for t in result.trials if t.raced}.values(), key=lambda c: c.key)
     return {"wall_s": run.wall_s, "answer_s": run.answer_s, "pick": rec.config.label(), "pick_config": rec.config.to_dict(),
             "gain": rec.speedup, "low": rec.speedup_low, "high": rec.speedup_high, "gain_unsettled": rec.gain_unsettled,
             "baseline": rec.baseline.label() if rec.baseline else None, "raced": [c.to_dict() for c in raced],
-            "legs": max((t.leg for t in result.trials if t.raced), default=0), "notes": result.notes}
+            "legs": max((t.leg for t in result.trials if t.raced), default=0), "notes": result.notes,
+            "result": saved}  # the whole scan (about 9 KB gzipped), to read again what each one raced and why
 
 
 def plain_rate(spec: str, config: TrialConfig, warm_s: float, timed_s: float) -> float | None:
@@ -153,7 +154,7 @@ def main() -> None:
         if i == 0 and args.after_install:
             subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "."], cwd=REPO, check=True)
         out["scans"].append(one_scan(args.spec, args.flags.split()))
-        print(json.dumps({k: v for k, v in out["scans"][-1].items() if k not in ("notes", "raced", "pick_config")}), flush=True)
+        print(json.dumps({k: v for k, v in out["scans"][-1].items() if k not in ("notes", "raced", "pick_config", "result")}), flush=True)
     configs = {TrialConfig.from_dict(c).key: TrialConfig.from_dict(c) for s in out["scans"] for c in s.get("raced", [])}
     out["plain"] = truth(args.spec, sorted(configs.values(), key=lambda c: c.key), args.rounds, args.warm_s, args.long_s)
     out["summary"] = summary(out["scans"], out["plain"])

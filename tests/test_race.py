@@ -339,6 +339,19 @@ def test_a_cheaper_config_the_screening_left_out_joins_where_the_legs_show_runs_
     assert challenger(result, [W4, W0], W1, FLOOR, memory_limit=10 * 2**30) is None  # none cheaper than a w1 pick
 
 
+@pytest.mark.parametrize("heap_rate, joins", [(310.0, False), (700.0, True)])
+def test_the_heap_setting_of_a_loader_the_race_met_joins_only_where_it_moves_that_loader(heap_rate, joins):
+    """On a wandering machine the defaults raced beside w4; the same loader with the heap kept, cheaper
+    than w4 and not clearly slower alone, joins only where keeping the heap moved it (2.3x): at 1.03x
+    its legs would measure the loader the race already met."""
+    heap = replace(W0, heap=64 * 2**20)
+    result = empty_result()
+    result.trials = [fake_trial(W4, 479.0), fake_trial(W0, 300.0), fake_trial(heap, heap_rate)]
+    rng = random.Random(3)
+    result.trials += [t for n in (1, 2) for t in simulated_leg({W4: 479.0, W0: 300.0}, n, rng, pace=WANDERING[n - 1])]
+    assert challenger(result, [W4, W0], W4, FLOOR, memory_limit=10 * 2**30) == (heap if joins else None)
+
+
 def test_a_config_that_joins_races_its_own_first_legs_and_is_picked_where_it_ties():
     """On a wandering machine, w2 joins the race after its first legs and races two of its own beside the
     leader; tied with w4 side by side, it is the pick, and a note says it joined. Only one joins (w1,

@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loadtune.analysis.race import MAX_RACERS
+from loadtune.analysis.race import MAX_RACERS, allocator_moves
 from loadtune.analysis.recommend import baseline_for, contenders, cost
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ConfigResult, ScanResult, by_config
+from loadtune.model.trial import Trial
 
 FASTEST = 2  # of the screening's fastest configs
 MEMORY_SHARE = 0.5  # the live loaders together may hold this share of the memory available, without --max-memory
@@ -97,17 +98,31 @@ def challenger(result: ScanResult, racing: list[TrialConfig], pick: TrialConfig 
     machine whose pace wandered ±20% between seconds, that read a config tied with the pick as 30%
     slower, and the race never met the cheaper answer. Of several, the fastest alone: the likeliest to
     tie the pick, as far as runs that far apart can say. None where no such config fits
-    beside ``racing`` in ``memory_limit``, or ``pick`` is not known."""
+    beside ``racing`` in ``memory_limit``, or ``pick`` is not known. Not the heap setting of a loader
+    the race already met, where it does not move that loader's speed (``met_as_twin``)."""
     configs = by_config(result.trials)
     mine = next((c for c in configs if c.config == pick), None)
     if mine is None:
         return None
     raced = {t.config for t in result.trials if t.raced}
+    by = {c.config: c for c in configs}
     need = memory_need(configs)
     used = sum(need(c) for c in configs if c.config in racing)
     cheaper = [c for c in contenders(configs, noise_floor) if cost(c) < cost(mine) and c.config not in raced
-               and used + need(c) <= memory_limit]
+               and used + need(c) <= memory_limit and not met_as_twin(result.trials, by, c, raced)]
     return max(cheaper, key=lambda c: c.estimate.median).config if cheaper else None
+
+
+def met_as_twin(trials: list[Trial], by: dict[TrialConfig, ConfigResult], config: ConfigResult,
+                raced: set[TrialConfig]) -> bool:
+    """``config`` is a loader the race already met, with its heap kept, and keeping it does not move that
+    loader's speed (``analysis.race.allocator_moves``): the race's verdict on the loader speaks for it,
+    and its legs would measure the same loader again (the README's images: ``w0 heap`` joined three
+    races of five, read 0.75x the pick in each, and long loops put it at 0.86x ``w0``)."""
+    if not config.config.heap:
+        return False
+    loader = by.get(config.config.with_knobs(heap=None))
+    return loader is not None and loader.config in raced and not allocator_moves(trials, by, loader)
 
 
 def race_memory_limit(max_memory: int | None, memory_available: int) -> int:
