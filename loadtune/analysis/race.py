@@ -198,10 +198,9 @@ def allocator_moves(trials: list[Trial], by: dict[TrialConfig, ConfigResult], co
     measured it: the same loader with the heap kept (``TrialConfig.heap``) ran that much faster, side by
     side where both raced, else over all their runs (on a wandering machine their runs alone, minutes
     apart, read the README's images 1.38x apart where their legs put the heap at 0.8x). Without that
-    measurement (not glibc), it is taken
-    to. A loader that computes much per byte (the README's images: up to 5 MiB of 18 MiB batches fresh)
-    loses little to its faults: the states its allocator ran in are no regimes of its speed, and its
-    verdicts and the gain over it keep their intervals."""
+    measurement (not glibc), it is taken to. A loader that computes much per byte (the README's images:
+    up to 6 MiB of 18 MiB batches fresh) loses little to its faults: the states its allocator ran in
+    are no regimes of its speed, and its verdicts and the gain over it keep their intervals."""
     kept = next((c for c in by.values() if c.ok and c.config.heap and c.config.with_knobs(heap=None) == config.config), None)
     if kept is None:
         return True
