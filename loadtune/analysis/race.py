@@ -220,7 +220,7 @@ def unsettled(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: Trial
     where the caller has it."""
     for c in (a, b):
         if c in regimes:
-            return f"{fresh_text(by[c])}: its speed follows its allocator's state"
+            return f"{fresh_text(by[c])}, as its allocator's state in each process had it"
     solo = solo_ratio(by[a], by[b], noise)
     raced = raced or race_ratio(trials, a, b)
     if solo is None or raced is None or max(solo.low / raced.high, raced.low / solo.high) <= 1 + REGIME_GAP:

@@ -179,7 +179,7 @@ def unsettled_gain(trials: list[Trial], by: dict[TrialConfig, ConfigResult], pic
     why = unsettled(trials, by, pick.config, base.config, regimes, noise)
     fresh = [c for c in (base, pick) if takes_fresh_pages(c) and allocator_moves(trials, by, c)]
     if why is None and fresh:
-        why = f"{fresh_text(fresh[0])}, as much as its allocator's state in each process decided"
+        why = f"{fresh_text(fresh[0])}, as its allocator's state in each process had it"
     ours, seen = run_range(pick), run_range(base)
     if why is None or seen is None or ours is None:
         return None
