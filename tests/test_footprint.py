@@ -144,3 +144,21 @@ def test_fresh_pages_needs_the_faults_and_the_batch_bytes():
     no_batch = faulting(0, 0.5)
     no_batch.batch = None
     assert fresh_pages(by_config([no_batch])) is None
+
+
+@pytest.mark.parametrize("kept_speedup, advised", [(1.03, False), (3.0, True)])
+def test_the_heap_setting_is_advised_only_where_keeping_the_heap_moved_the_loader(kept_speedup, advised):
+    """w0 took a fifth of each batch fresh. Where the same loader with the heap kept ran no faster (the
+    README's images: it computes much per byte), the notes say the setting is not worth it rather
+    than advise its environment lines; where it ran 3x faster, they advise them."""
+    from dataclasses import replace as copy
+    from conftest import empty_result
+    from loadtune.report.notes import allocator_notes
+    w0 = faulting(0, 0.22)
+    kept = copy(faulting(0, 0.0), config=copy(w0.config, heap=64 * MiB))
+    kept.blocks = [copy(b, samples=int(b.samples * kept_speedup)) for b in kept.blocks]
+    result = empty_result()
+    result.trials = [w0, kept]
+    (note,) = allocator_notes(result)
+    assert ("MALLOC_MMAP_THRESHOLD_" in note) == advised
+    assert ("not worth setting" in note) == (not advised) and "w0 bs32" in note

@@ -7,6 +7,7 @@ from rich.text import Text
 
 from loadtune.analysis import footprint
 from loadtune.analysis.copyrate import copy_notes
+from loadtune.analysis.race import REGIME_GAP, allocator_moves
 from loadtune.model.results import ScanResult
 from loadtune.report.text import short_bytes
 
@@ -26,10 +27,25 @@ def notes(result: ScanResult) -> list[Text]:
     if result.stages is not None:
         out += [Text(f"• stage profile: {note}", style="cyan") for note in result.stages.notes]
     out += [Text(f"• {note}", style="cyan") for note in step_notes(result) + copy_notes(result) + gpu_notes(result)]
-    for memory_note in (footprint.copy_on_write(configs), footprint.fresh_pages(configs)):
+    for memory_note in (footprint.copy_on_write(configs), *allocator_notes(result)):
         if memory_note:
             out.append(Text(f"• {memory_note}.", style="yellow"))
     out += [Text(f"• {s.what} skipped: {s.why}", style="yellow") for s in result.skipped]
+    return out
+
+
+def allocator_notes(result: ScanResult) -> list[str]:
+    """The note on the loaders without workers that take their batches' pages fresh
+    (``footprint.fresh_pages``: why, and the heap setting), where keeping the heap moves their speed or
+    was not measured (``race.allocator_moves``); where it was measured and does not, one line says so
+    rather than advise a setting the scan found not worth it (the README's images: ``w0 heap`` 240
+    samples/s beside ``w0``'s 318)."""
+    by = {c.config: c for c in result.configs}
+    takers = [c for _, c in footprint.fresh_page_takers(result.configs)]
+    moved = [c for c in takers if allocator_moves(result.trials, by, c)]
+    out = [note] if (note := footprint.fresh_pages(moved)) else []
+    out += [f"{footprint.fresh_text(c)}, yet the same loader with the heap kept ran less than {REGIME_GAP:.0%} faster here: "
+            "the heap setting is not worth setting for it" for c in takers if c not in moved]
     return out
 
 
