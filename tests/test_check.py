@@ -152,9 +152,11 @@ def test_hundredfold_slower_dataset_fails_with_figures_in_junit(baseline, tmp_pa
 
 def test_a_20_percent_slower_dataset_fails(dial_baseline):
     """Each sample 25% more work (the loader's fixed costs do not grow: some 15% fewer samples/s), beyond a 5%
-    tolerance: never a pass; a regression, at the latest on a second check. With two workers on two cores a
-    check reads about -13% with an interval reaching -6%, and a noisy moment can leave one undecided (exit 4)."""
-    for _ in range(2):
+    tolerance: never a pass; a regression, at the latest on a third check. With two workers on two cores a
+    check reads about -13% with an interval reaching -6%, and a noisy moment can leave one undecided (exit 4):
+    on the 2-core CI VM two in a row once were (-7.3%, -18.7% to +5.7%, beside a baseline whose rounds
+    read the calibration's ratio at 0.97-1.42)."""
+    for _ in range(3):
         slowed = run_cli("check", DIAL, "--baseline", dial_baseline, "--tolerance", "5%", "--budget", "60",
                          env={"LOADTUNE_TEST_SLOWDOWN": "0.2"})
         assert slowed.returncode in (1, 4), slowed.stdout + slowed.stderr
