@@ -165,7 +165,7 @@ def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
     not set is undecided, whatever its ratio reads (``unsettled``)."""
     configs = raced_configs(trials)
     by = {c.config: c for c in by_config(trials)}
-    regimes = {c for c in configs if fault_regimes(by[c]) and allocator_moves(trials, by, by[c])}
+    regimes = allocator_regimes(trials, by, configs)
     leader = leader_of(trials, [c for c in configs if c not in regimes] or configs)
     if leader is None:
         return None
@@ -191,6 +191,12 @@ def pair_noise(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: Tria
     Never the pair's own legs either way: their levels would widen it by the very gap the test looks for."""
     steady = not any(takes_fresh_pages(by[c]) for c in (a, b) if c in by)
     return run_noise(by_config([t for t in trials if not t.raced or (steady and t.config not in (a, b))]))
+
+
+def allocator_regimes(trials: list[Trial], by: dict[TrialConfig, ConfigResult], configs: list[TrialConfig]) -> set[TrialConfig]:
+    """Those of ``configs`` whose runs took pages in states of their allocator (``footprint.fault_regimes``)
+    that move their speed (``allocator_moves``): their standing rests on a state the scan did not set."""
+    return {c for c in configs if fault_regimes(by[c]) and allocator_moves(trials, by, by[c])}
 
 
 def allocator_moves(trials: list[Trial], by: dict[TrialConfig, ConfigResult], config: ConfigResult) -> bool:

@@ -15,10 +15,11 @@ from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig, transfer_cost
 from loadtune.model.results import ConfigResult, Recommendation, ScanResult, Versus, by_config
 from loadtune.model.trial import Trial
 from loadtune.model.settings import NOISE_FLOOR
-from loadtune.analysis.footprint import fault_regimes, fresh_text, over_limit, size_text, takes_fresh_pages
+from loadtune.analysis.footprint import fresh_text, over_limit, size_text, takes_fresh_pages
 from loadtune.analysis.noise import clearly_faster, gain, run_noise
 from loadtune.analysis.comparison import SLOWER, TIED
-from loadtune.analysis.race import LEADER, RaceVerdict, allocator_moves, close, pair_noise, race_ratio, relative_to, run_range, unsettled
+from loadtune.analysis.race import (LEADER, RaceVerdict, allocator_moves, allocator_regimes, close, pair_noise, race_ratio,
+                                    relative_to, run_range, unsettled)
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.stats import indistinguishable
 
@@ -174,7 +175,7 @@ def unsettled_gain(trials: list[Trial], by: dict[TrialConfig, ConfigResult], pic
     process that runs it, and a training job's process need not be in the state the scan's were (a
     loader without workers and 96 MiB batches took 96 or 192 MiB per batch, 366-632 samples/s), where
     that state is shown to move its speed (``allocator_moves``)."""
-    regimes = {c.config for c in (pick, base) if fault_regimes(c) and allocator_moves(trials, by, c)}
+    regimes = allocator_regimes(trials, by, [pick.config, base.config])
     noise = pair_noise(trials, by, pick.config, base.config)
     why = unsettled(trials, by, pick.config, base.config, regimes, noise)
     fresh = [c for c in (base, pick) if takes_fresh_pages(c) and allocator_moves(trials, by, c)]
