@@ -1,0 +1,222 @@
+"""The page cache's state for a dataset's files, and the bytes a process tree read from storage.
+
+A dataset read from files runs many times faster from the page cache than from storage, so every
+config of a scan is measured with the files in one state (docs/measuring.md, "Storage"): read through
+once (warm), or dropped from the cache before every trial and every turn of a race (cold). Dropping
+uses ``posix_fadvise(POSIX_FADV_DONTNEED)``: per file, no root needed; the kernel keeps pages that a
+live process maps or that are dirty, and some network filesystems ignore the advice, which is why
+``resident_bytes`` (``mincore``) checks what it did.
+
+``/proc/<pid>/io`` counts ``read_bytes`` (what the process made storage fetch) apart from ``rchar``
+(every byte ``read()`` returned, cached or not). A worker's counters pass to the main process when it
+is reaped, so the main process's reading plus its live workers' covers workers that came and went.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+READ_CHUNK = 1 << 20  # read-through in chunks of this many bytes
+PAGE = mmap.PAGESIZE
+
+
+def files_under(roots: Iterable[str]) -> tuple[str, ...]:
+    """Every regular file under ``roots`` (a root may be a file), sorted; links are followed to files,
+    never to folders (a link loop must not hang a scan)."""
+    found: list[str] = []
+    for root in roots:
+        if os.path.isfile(root):
+            found.append(os.path.abspath(root))
+            continue
+        for folder, _, names in os.walk(root):
+            found += [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
+    return tuple(sorted(set(found)))
+
+
+@lru_cache(maxsize=4)
+def cached_files(roots: tuple[str, ...]) -> tuple[str, ...]:
+    """``files_under``, listed once per scan: a folder of 20,000 files takes a tenth of a second to walk."""
+    return files_under(roots)
+
+
+def total_bytes(files: Iterable[str]) -> int:
+    """The files' size on storage (their apparent size: what reading them fetches)."""
+    total = 0
+    for path in files:
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            continue
+    return total
+
+
+def drop(files: Iterable[str]) -> int:
+    """Ask the kernel to drop each file's clean pages from the page cache; returns how many files it
+    could ask for (a file that vanished or cannot be opened is skipped)."""
+    asked = 0
+    for path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.fdatasync(fd)  # dirty pages (a dataset just written) are never dropped; written back, they are
+        except OSError:
+            pass
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            asked += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return asked
+
+
+def read_through(files: Iterable[str]) -> int:
+    """Read every file once from start to end, so that its pages are in the page cache; returns the
+    bytes read."""
+    total = 0
+    buffer = bytearray(READ_CHUNK)
+    for path in files:
+        try:
+            with open(path, "rb", buffering=0) as f:
+                while n := f.readinto(buffer):
+                    total += n
+        except OSError:
+            continue
+    return total
+
+
+@lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def resident_bytes(path: str) -> int | None:
+    """Bytes of ``path`` in the page cache now (``mincore`` over a read-only mapping, which reads no
+    page in); None where it cannot be told (no libc, a file that cannot be opened or mapped)."""
+    libc = _libc()
+    if libc is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return 0
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address is None or address == MAP_FAILED:
+            return None
+        try:
+            pages = (size + PAGE - 1) // PAGE
+            vec = (ctypes.c_ubyte * pages)()
+            if libc.mincore(address, size, vec) != 0:
+                return None
+            return min(size, sum(v & 1 for v in vec) * PAGE)
+        finally:
+            libc.munmap(address, size)
+    finally:
+        os.close(fd)
+
+
+def resident_share(files: Sequence[str], limit: int = 2000) -> float | None:
+    """The share of the files' bytes in the page cache now, judged on at most ``limit`` files spread
+    evenly over them (mapping 100,000 files would take seconds); None where it cannot be told."""
+    if not files:
+        return None
+    step = max(1, len(files) // limit)
+    resident = size = 0
+    for path in files[::step]:
+        got = resident_bytes(path)
+        if got is None:
+            return None
+        resident += got
+        try:
+            size += os.stat(path).st_size
+        except OSError:
+            continue
+    return resident / size if size else None
+
+
+# ---- bytes read by a process tree --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IOCount:
+    """What a process (or a tree) has read so far: bytes fetched from storage, bytes ``read()`` returned."""
+
+    storage: int
+    read: int
+
+    def __sub__(self, other: "IOCount") -> "IOCount":
+        return IOCount(max(0, self.storage - other.storage), max(0, self.read - other.read))
+
+    def __add__(self, other: "IOCount") -> "IOCount":
+        return IOCount(self.storage + other.storage, self.read + other.read)
+
+
+def io_of(pid: int | str = "self") -> IOCount | None:
+    """``/proc/<pid>/io``'s ``read_bytes`` and ``rchar``; None where it cannot be read (another
+    platform, a process that ended, no permission)."""
+    try:
+        text = Path(f"/proc/{pid}/io").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    try:
+        return IOCount(int(fields["read_bytes"]), int(fields["rchar"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def tree_io(pids: Iterable[int]) -> IOCount | None:
+    """This process's counters (reaped workers' included) plus those of its live workers ``pids``;
+    None where this process's cannot be read. A worker that cannot be read (it was exiting) counts 0."""
+    total = io_of("self")
+    if total is None:
+        return None
+    for pid in pids:
+        got = io_of(pid)
+        if got is not None:
+            total = total + got
+    return total
+
+
+@dataclass(frozen=True)
+class CacheSetting:
+    """The page cache's state a scan measures in, as the parent sets it before each run: ``cold`` drops
+    the dataset's files before every trial and every timed turn; ``warm`` leaves them cached (the
+    scan read them through once before its first trial). ``roots``: the dataset's files or folders."""
+
+    state: str  # "warm" | "cold"
+    roots: tuple[str, ...]
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return cached_files(self.roots)
+
+    def before_run(self) -> None:
+        """Before a trial's process starts or a turn is timed: a cold state drops the files again."""
+        if self.state == "cold":
+            drop(self.files)
