@@ -35,12 +35,19 @@ class CpuPace:
 
 def window_counts(stamps: list[float], window_s: float, start: float, end: float) -> list[int]:
     """How many stamps fall in each whole window of ``window_s`` from ``start`` up to ``end``."""
-    counts = [0] * max(0, int((end - start) / window_s))
-    for s in stamps:
+    windows = max(0, int((end - start) / window_s))
+    return [int(n) for n in window_sums(stamps, [1] * len(stamps), window_s, start, windows)]
+
+
+def window_sums(stamps: list[float], weights: list[float], window_s: float, start: float, windows: int) -> list[float]:
+    """The weights of the stamps in each of ``windows`` windows of ``window_s`` from ``start`` (a weight
+    per stamp: the bytes a read returned, say)."""
+    sums = [0.0] * windows
+    for s, w in zip(stamps, weights):
         i = int((s - start) / window_s)
-        if s >= start and i < len(counts):
-            counts[i] += 1
-    return counts
+        if s >= start and i < windows:
+            sums[i] += w
+    return sums
 
 
 def pace_of(stamps: list[float], window_s: float, start: float, end: float, processes: int) -> CpuPace | None:

@@ -306,9 +306,11 @@ def doctor(
     verify: bool = typer.Option(False, "--verify", help="self-test the GPU path loadtune's figures depend on: PASS/FAIL per "
                                 "check (--json saves them); exit 1 when one fails, 3 without a CUDA device"),
     format_: str = typer.Option("table", "--format", help="table, or json: the findings on stdout (for a pipe), nothing else there"),
+    storage: Optional[Path] = typer.Option(None, "--storage", help="a dataset's folder: measure the storage it is on, read-only (its "
+                                           "filesystem, whether the page cache can be dropped there, cold random reads at 1-64 in flight)"),
 ) -> None:
     """What this machine offers: cores, RAM, /dev/shm, versions, how steady the CPU's pace is, GPUs, PCIe links
-    and measured copy rates."""
+    and measured copy rates; with --storage, the storage a dataset is on."""
     from loadtune.engine import doctor as doctor_mod
     from loadtune.report.doctor import print_doctor
 
@@ -316,13 +318,18 @@ def doctor(
     try:
         if as_json and verify:
             raise OptionsError("--format json writes the machine's findings; --verify prints its checks (--json PATH saves them)")
+        if verify and storage:
+            raise OptionsError("--storage measures beside the machine's findings; --verify runs only the GPU path's checks: run them apart")
         if json_path:
             check_writable(json_path)
     except USER_ERRORS as exc:
         raise fail(str(exc)) from None
     if verify:
         raise typer.Exit(verify_gpu(json_path))
-    report = doctor_mod.collect(measure=bandwidth, pace=pace)
+    try:
+        report = doctor_mod.collect(measure=bandwidth, pace=pace, storage=str(storage) if storage else None)
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from None
     if as_json:
         write_json(report.to_dict())
     else:

@@ -16,6 +16,7 @@ from rich.text import Text
 from loadtune.analysis.view import ViewError
 from loadtune.cli.project import ProjectError, project_defaults
 from loadtune.engine.check import BaselineError
+from loadtune.engine.diskread import StorageError
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.options import OptionsError
 from loadtune.engine.revision import RevisionError
@@ -57,7 +58,7 @@ def missing(what: str, key: str):
 
 
 USER_ERRORS = (SpecError, OptionsError, PlanError, ResultError, ProjectError, BaselineError, ViewError, plot_mod.PlotError,
-               distributed.DistributedError, RevisionError)
+               distributed.DistributedError, RevisionError, StorageError)
 FORMATS = ("table", "json")
 
 

@@ -5,7 +5,8 @@ NVML; the copy rates are measured here: host-to-device and device-to-host, from 
 pageable memory, at a few sizes, timed with CUDA events after a warm-up, median of repeats with
 its interval. The theoretical figure beside them is the link's: generation x lanes x the per-lane
 rate after line encoding. A GPU idles its link down to a lower generation to save power, so the
-current generation is read right after the copies, while it is still trained up.
+current generation is read right after the copies, while it is still trained up. With a dataset's
+folder (``--storage``) it also measures the storage's cold reads there (``diskread.py``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from loadtune.analysis.pace import CpuPace
+from loadtune.engine import diskread
 from loadtune.engine import machine as machine_mod
 from loadtune.engine.pace import measure_pace
 from loadtune.engine.bandwidth import SIZES, CopyRate, copy_rate
 from loadtune.engine.trial import nvml
 from loadtune.model.machine import MachineInfo
+from loadtune.model.storage_read import StorageReadReport
 
 # GB/s (10^9 bytes) per lane after encoding: 8b/10b for gen 1-2, 128b/130b for 3-5, FLIT mode for 6
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
@@ -62,12 +65,15 @@ class DoctorReport:
     gpu_note: str | None  # why there is no GPU to show, when there is none
     gpus: list[GPUDoctor] = field(default_factory=list)
     cpu_pace: CpuPace | None = None  # how steady the CPU's pace was (None: not measured, or it could not be)
+    storage: StorageReadReport | None = None  # --storage PATH: the storage's cold reads (None: not asked)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         for gpu, obj in zip(data["gpus"], self.gpus):
             gpu["link_gbps_max"], gpu["link_gbps_current"] = obj.link_gbps_max, obj.link_gbps_current
-        return {"schema": "loadtune/doctor", "schema_version": 1, **data}
+        del data["storage"]  # written only when asked for: without --storage the findings are as they were
+        storage = {"storage": self.storage.to_dict()} if self.storage else {}
+        return {"schema": "loadtune/doctor", "schema_version": 1, **data, **storage}
 
 
 def no_gpu_reason() -> str | None:
@@ -113,12 +119,14 @@ def examine_gpu(index: int, sizes: tuple[int, ...], measure: bool) -> GPUDoctor:
     return gpu
 
 
-def collect(measure: bool = True, sizes: tuple[int, ...] = SIZES, pace: bool = False) -> DoctorReport:
+def collect(measure: bool = True, sizes: tuple[int, ...] = SIZES, pace: bool = False, storage: str | None = None) -> DoctorReport:
     """Everything ``loadtune doctor`` prints (``pace``: with the CPU's pace measured, a few seconds of
-    every core). Creates a CUDA context when there is a GPU: not for a process that will fork trials
-    afterwards."""
+    every core; ``storage``: a dataset's folder, its reads measured first, so that a path with nothing
+    to read is refused before any other work). Creates a CUDA context when there is a GPU: not for a
+    process that will fork trials afterwards."""
     import torch
 
+    reads = diskread.measure(storage) if storage is not None else None
     info = machine_mod.collect()
     report = DoctorReport(
         machine=info,
@@ -129,6 +137,7 @@ def collect(measure: bool = True, sizes: tuple[int, ...] = SIZES, pace: bool = F
         nvml_note=nvml.unavailable(),
         gpu_note=no_gpu_reason(),
         cpu_pace=measure_pace() if pace else None,  # before any CUDA context: its processes are spawned anyway
+        storage=reads,
     )
     if report.gpu_note is None:
         report.gpus = [examine_gpu(i, sizes, measure) for i in range(torch.cuda.device_count())]

@@ -1,4 +1,5 @@
-"""Rendering ``loadtune doctor``'s report: the machine, and per GPU its link and measured copy rates."""
+"""Rendering ``loadtune doctor``'s report: the machine, the storage under ``--storage``, and per GPU
+its link and measured copy rates."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from loadtune.report.text import gbps, short_bytes
+from loadtune.analysis.footprint import size_text
+from loadtune.report.text import gbps, short_bytes, spread_text
 
 
 def pace_text(pace: Any) -> str:
@@ -20,8 +22,47 @@ def pace_text(pace: Any) -> str:
             f"{'es' if pace.processes != 1 else ''} of fixed work, {pace.pairs} pairs) · {what}")
 
 
+def cache_text(storage: Any) -> str:
+    """Whether the page cache let go of a few files just read, in figures: what every read below is worth."""
+    if storage.droppable is None:
+        return "could not be told (mincore unavailable): whether the reads below are cold is not known"
+    kept = f"{storage.resident_after_drop:.0%}" if storage.resident_after_drop is not None else "all"
+    was = f" (after a read: {storage.resident_after_read:.0%})" if storage.resident_after_read is not None else ""
+    if storage.droppable:
+        return f"can be dropped: {kept} of a few files just read stayed cached after the drop{was}, so every read below is cold"
+    return f"cannot be dropped: {kept} of a few files just read stayed cached after the drop{was}, so the reads below are warm"
+
+
+def storage_lines(storage: Any) -> list[tuple[str, str]]:
+    """``--storage``'s rows of the machine's table: the path's mount, the files sampled, the page cache."""
+    mount = (f"{storage.filesystem} on {storage.mount_point} ({storage.device})" if storage.filesystem else "filesystem unknown")
+    mean = storage.sample_bytes / storage.sample_files if storage.sample_files else 0
+    return [
+        ("storage", f"{storage.path} · {mount}"),
+        ("files", f"{storage.sample_files:,} of the {storage.files_found:,} under it read at random, {size_text(storage.sample_bytes)} "
+                  f"(mean {size_text(mean)} a file)"),
+        ("page cache", cache_text(storage)),
+    ]
+
+
+def print_reads(console: Console, storage: Any) -> None:
+    """``--storage``'s reads per level: files/s and MB/s, the median of a level's windows with its interval."""
+    state = "cold" if storage.cold else "warm" if storage.droppable is False else "cold or warm: not known"
+    reads = Table(title=f"  random reads of whole files, {state} (median ± its interval)", title_justify="left",
+                  header_style="bold", pad_edge=False)
+    for col in ("reads in flight", "files/s", "MB/s", "files read", "seconds"):
+        reads.add_column(col, justify="right")
+    for level in storage.levels:
+        reads.add_row(str(level.in_flight), spread_text(level.files_per_s) if level.files else "-",
+                      spread_text(level.mb_per_s) if level.files else "-", f"{level.files:,}", f"{level.seconds:.2f}")
+    console.print(reads)
+    if storage.note:
+        console.print(Text(f"  {storage.note}", style="yellow"))
+
+
 def print_doctor(console: Console, report: Any) -> None:
-    """``loadtune doctor``: the machine, then each GPU with its link and measured copy rates."""
+    """``loadtune doctor``: the machine (and the storage under ``--storage``), then each GPU with its link and
+    measured copy rates."""
     m = report.machine
     quota = f", cgroup quota {m.cgroup_cpu_limit:g} CPUs" if m.cgroup_cpu_limit is not None else ""
     lines = [
@@ -34,6 +75,7 @@ def print_doctor(console: Console, report: Any) -> None:
         ("start method", f"{m.start_method} (DataLoader workers start this way by default)"),
         ("NVML", "available" if report.nvml_note is None else f"unavailable ({report.nvml_note})"),
         *([("CPU pace", pace_text(report.cpu_pace))] if report.cpu_pace is not None else []),
+        *(storage_lines(report.storage) if report.storage is not None else []),
     ]
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
@@ -41,6 +83,8 @@ def print_doctor(console: Console, report: Any) -> None:
     for name, value in lines:
         table.add_row(name, value)
     console.print(table)
+    if report.storage is not None:
+        print_reads(console, report.storage)
     if report.gpu_note:
         console.print(Text(report.gpu_note, style="yellow"))
         return

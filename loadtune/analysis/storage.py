@@ -1,0 +1,238 @@
+"""Which page-cache state a training job reads its dataset in, which runs were measured in which,
+and where the dataset's files lie: pure functions of what the scan found and measured.
+
+Linux keeps file pages cached until memory is needed: a dataset that fits in the page cache beside
+the job reads from memory from its second epoch on, one larger than it is read from storage every
+epoch (an LRU cache thrashes on a scan of more than it holds). The two states can want different
+configs (more workers wait on storage in parallel; none pay for inter-process transfer on cached
+data), so a scan measures every config in one state and says which (docs/measuring.md, "Storage").
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from loadtune.model.storage import COLD, WARM
+from loadtune.model.trial import Trial
+
+GiB = 1024**3
+COLD_SHARE = 0.5  # a run that fetched at least this share of the bytes a sample holds from storage read cold
+WARM_SHARE = 0.1  # ...and at most this share: warm; between the two, mixed
+FEW_FOLDERS = 8  # files seen in at most this many folders: those folders; more: the folder they share
+SYSTEM_PREFIXES = ("/proc/", "/sys/", "/dev/", "/etc/", "/usr/lib/", "/usr/share/", "/usr/local/lib/", "/lib/", "/lib64/")
+CODE_SUFFIXES = (".py", ".pyc", ".so", ".pth", ".json.lock")
+
+
+def gib(n: float) -> str:
+    return f"{n / GiB:.1f} GiB" if n >= GiB / 10 else f"{n / 1024**2:.0f} MiB"
+
+
+def training_state(asked: str, dataset_bytes: int, cache_bytes: int | None) -> tuple[str, str]:
+    """The state to measure in, and why: as asked, or (``auto``) the one training will be in, from the
+    dataset's size on storage against what the page cache can hold beside the job."""
+    size = gib(dataset_bytes)
+    if asked in (WARM, COLD):
+        return asked, f"as asked (--storage {asked}); the dataset's files hold {size}"
+    if cache_bytes is None:
+        return WARM, f"the memory the page cache can hold is unknown here: measured warm; the dataset's files hold {size}"
+    if dataset_bytes <= cache_bytes:
+        return WARM, (f"the dataset's {size} fit in the page cache ({gib(cache_bytes)} free beside the job): training "
+                      "reads it from memory from its second epoch on")
+    return COLD, (f"the dataset's {size} exceed what the page cache can hold beside the job ({gib(cache_bytes)}): "
+                  "training reads it from storage every epoch")
+
+
+def cache_capacity(available_bytes: int | None, loader_bytes: int | None) -> int | None:
+    """What the page cache can hold beside the job: the memory available less the loader's own peak."""
+    if available_bytes is None:
+        return None
+    return max(0, available_bytes - (loader_bytes or 0))
+
+
+@dataclass(frozen=True)
+class ReadFigures:
+    """What a run read, per sample: fetched from storage, and returned by ``read()`` (cached or not)."""
+
+    storage: float
+    read: float
+
+
+def read_figures(trial: Trial) -> ReadFigures | None:
+    """Bytes per sample over the run's timed blocks; None where they were not counted."""
+    blocks = [b for b in trial.blocks if b.storage_bytes is not None]
+    samples = sum(b.samples for b in blocks)
+    if not blocks or not samples:
+        return None
+    return ReadFigures(sum(b.storage_bytes for b in blocks) / samples, sum(b.read_bytes or 0 for b in blocks) / samples)
+
+
+def run_state(trial: Trial, sample_bytes: float | None) -> str | None:
+    """The page-cache state a run read in: ``cold`` where it fetched most of what a sample holds from
+    storage, ``warm`` where next to none, ``mixed`` between; None where nothing was counted or the size of
+    a sample on storage is unknown."""
+    figures = read_figures(trial)
+    if figures is None or not sample_bytes:
+        return None
+    share = figures.storage / sample_bytes
+    return COLD if share >= COLD_SHARE else WARM if share <= WARM_SHARE else "mixed"
+
+
+def off_state(trial: Trial, state: str | None, sample_bytes: float | None) -> bool:
+    """The run read in the other state than the scan set (a warm run of a cold scan: the drop did not
+    hold; a cold run of a warm scan: the cache lost the files meanwhile). Never compared with the rest."""
+    got = run_state(trial, sample_bytes)
+    return state is not None and got is not None and got != "mixed" and got != state
+
+
+def sample_bytes(dataset_bytes: int | None, length: int | None) -> float | None:
+    """The bytes one sample holds on storage, on average: the dataset's files over its samples."""
+    return dataset_bytes / length if dataset_bytes and length else None
+
+
+# ---- where the dataset's files lie -----------------------------------------------------------------
+
+
+def data_file(path: str, excluded: Iterable[str]) -> bool:
+    """A file the dataset read as data: not code, not the system's, not under ``excluded`` (the Python
+    installation, the spec's own file)."""
+    if path.endswith(CODE_SUFFIXES) or path.startswith(SYSTEM_PREFIXES) or not os.path.isabs(path):
+        return False
+    return not any(path == e or path.startswith(e.rstrip("/") + "/") for e in excluded)
+
+
+@dataclass(frozen=True)
+class Roots:
+    """Where the dataset's files lie: ``roots`` to list with ``suffixes`` (the names seen), ``recursive``
+    or not; ``why`` where no roots could be told (the files read share no folder below the top)."""
+
+    roots: tuple[str, ...]
+    suffixes: tuple[str, ...]
+    recursive: bool
+    why: str | None = None
+
+
+def suffix_of(path: str) -> str:
+    name = os.path.basename(path)
+    return name[name.index("."):] if "." in name.lstrip(".") else ""
+
+
+def dataset_roots(seen: Iterable[str]) -> Roots:
+    """From the files a dataset was seen to read: the folders that hold its files (a few: each folder's
+    own files; many, as class folders of images: the folder they share, walked whole), counting only
+    files named like those seen (shards ``.tar``, images ``.jpg``), so that a sample of reads stands for
+    every file of the same kind beside them."""
+    files = sorted(set(seen))
+    if not files:
+        return Roots((), (), False, "the dataset read no file while samples were read: it is held in memory")
+    suffixes = tuple(sorted({suffix_of(f) for f in files}))
+    suffixes = () if "" in suffixes else suffixes  # a file without a suffix: every file of its folder counts
+    folders = sorted({os.path.dirname(f) for f in files})
+    if len(folders) <= FEW_FOLDERS:
+        return Roots(tuple(folders), suffixes, False)
+    common = os.path.commonpath(folders)
+    if len([p for p in common.split(os.sep) if p]) < 2:
+        return Roots((), suffixes, False, f"the files it read lie in {len(folders)} folders that share only {common}: "
+                                          "name the dataset's folder with --data")
+    return Roots((common,), suffixes, True)
+
+
+# ---- what the report says --------------------------------------------------------------------------
+
+
+def contrast_configs(result) -> list:
+    """The configs timed in the other state: the pick, PyTorch's defaults, and the fastest config with
+    the most workers measured (waiting on storage, more workers can win cold), at the pick's batch size."""
+    rec = result.recommendation
+    ok = [c for c in result.configs if c.ok and c.config.batch_size == rec.config.batch_size and not c.config.heap]
+    most = max((c.config.num_workers for c in ok), default=0)
+    widest = max((c for c in ok if c.config.num_workers == most), key=lambda c: c.estimate.median, default=None)
+    chosen = [rec.config, rec.baseline, widest.config if widest else None]
+    return list(dict.fromkeys(c for c in chosen if c is not None))
+
+
+def kib(n: float) -> str:
+    return f"{n / 1024:.0f} KiB" if n < 1024**2 else f"{n / 1024**2:.1f} MiB"
+
+
+def read_text(figures: ReadFigures | None) -> str | None:
+    """'48 KiB a sample from storage, 0 KiB from the page cache' for a run's figures."""
+    if figures is None:
+        return None
+    cached = max(0.0, figures.read - figures.storage)
+    return f"{kib(figures.storage)} a sample from storage and {kib(cached)} from the page cache"
+
+
+def pooled_figures(trials: list[Trial]) -> ReadFigures | None:
+    blocks = [b for t in trials if t.ok for b in t.blocks if b.storage_bytes is not None]
+    samples = sum(b.samples for b in blocks)
+    if not samples:
+        return None
+    return ReadFigures(sum(b.storage_bytes for b in blocks) / samples, sum(b.read_bytes or 0 for b in blocks) / samples)
+
+
+IN_MEMORY = "the dataset read no file while samples were read"
+
+
+def rate_text(rate: float) -> str:
+    return f"{rate:,.0f} samples/s"
+
+
+def other_state_notes(result, pick, pick_rate: float) -> list[str]:
+    """What the configs timed alone in the other state gave: the pick's speed there (the first epoch's
+    length, or what RAM would give) and which of them ran fastest there."""
+    storage = result.storage
+    timed = [t for t in storage.other if t.ok]
+    mine = next((t for t in timed if t.config == pick), None)
+    if mine is None:
+        return []
+    rate, length = mine.estimate.median, result.spec.length
+    if storage.state == WARM:
+        epoch = f", {length / rate:,.0f} s for an epoch of {length:,} samples" if length else ""
+        out = [f"from storage (a first epoch, and every epoch of data larger than the page cache) {result.label(pick)} ran "
+               f"{rate_text(rate)} alone, {pick_rate / rate:.1f}× slower than from the cache{epoch}"]
+    else:
+        fits = storage.cache_bytes is not None and storage.files.bytes <= storage.cache_bytes
+        ram = (f"a copy in RAM gives that (mount -t tmpfs -o size={math.ceil(storage.files.bytes * 1.1 / GiB)}G tmpfs /mnt/data)"
+               if fits else "faster storage moves it toward that")
+        out = [f"from the page cache {result.label(pick)} ran {rate_text(rate)} alone, {rate / pick_rate:.1f}× its speed from "
+               f"storage: {ram}"]
+    best = max(timed, key=lambda t: t.estimate.median)
+    if best.config != pick and best.estimate.median > rate:
+        out.append(f"in the {storage.other_state} state {result.label(best.config)} ran fastest of those timed there "
+                   f"({rate_text(best.estimate.median)} alone, one run each): run the scan with --storage "
+                   f"{storage.other_state} to decide for that state")
+    return out
+
+
+def storage_notes(result) -> list[str]:
+    """The report's lines on the page cache: the state measured and why, what the pick read per sample,
+    the other state's figures, runs that read in another state, and a state the pick's measured memory
+    would overturn."""
+    storage, rec = result.storage, result.recommendation
+    if storage is None or (storage.state is None and storage.why.startswith(IN_MEMORY)):
+        return []
+    if storage.state is None:
+        return [f"no page-cache state set: {storage.why}"]
+    how = ("from the page cache, read through once first" if storage.state == WARM else
+           "from storage, dropped from the page cache before each trial, turn and epoch")
+    out = [f"measured {storage.state}, every config reading the dataset {how}: {storage.why}"]
+    pick = result.config_result(rec.config) if rec else None
+    if pick is None or not pick.ok:
+        return out
+    text = read_text(pooled_figures(pick.trials))
+    out[0] += f"; {result.label(rec.config)} read {text}" if text else ""
+    out += other_state_notes(result, rec.config, pick.estimate.median)
+    per_sample = sample_bytes(storage.files.bytes, result.spec.length)
+    off = [c for c in result.configs if any(off_state(t, storage.state, per_sample) for t in c.trials)]
+    if off:
+        out.append(f"{', '.join(result.label(c.config) for c in off)} read the dataset in another state than the scan set "
+                   "(the cache lost its files, or the drop did not hold): their figures mix the two states")
+    peak = pick.memory.peak_bytes if pick.memory else None
+    room = cache_capacity(result.machine.memory_available_bytes, peak)
+    if storage.asked == "auto" and storage.state == WARM and room is not None and storage.files.bytes > room:
+        out.append(f"beside the pick's measured {gib(peak)} the page cache holds {gib(room)}, less than the dataset's "
+                   f"{gib(storage.files.bytes)}: training may read it cold; scan with --storage cold to measure that")
+    return out
