@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from loadtune.engine.distributed.layout import DistributedError, setup_for
 from loadtune.engine.distributed.layout import validate as validate_layout
 from loadtune.engine.calibration import unit_seconds_isolated
 from loadtune.engine.machine import collect
+from loadtune.engine.storage import readied
 from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ScanResult
@@ -218,8 +219,8 @@ def check_request(baseline: ScanResult, spec: LoadedSpec, config: TrialConfig) -
         raise BaselineError(f"the baseline's layout cannot run here: {exc}") from None
     ranks = setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, device, opts.blocks * opts.block_time)
     loader = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
-    request = TrialRequest(config, device, scan_timing(opts), loader, opts.timeout,
-                           machine.start_method, workload=work)
+    timing = replace(scan_timing(opts), cache=readied(baseline.storage))  # the page cache's state the baseline measured in
+    request = TrialRequest(config, device, timing, loader, opts.timeout, machine.start_method, workload=work)
     return with_ranks(request, ranks)
 
 

@@ -5,6 +5,7 @@ the checked options into a plan."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import fields
 from typing import Any
 
@@ -13,6 +14,7 @@ from loadtune.engine.trial.workload import WorkloadError, check_step_ms
 from loadtune.model.config import PlanError, parse_knobs
 from loadtune.model.machine import MachineInfo
 from loadtune.model.settings import ScanOptions
+from loadtune.model.storage import ASKED
 
 
 class OptionsError(ValueError):
@@ -49,6 +51,7 @@ def validate_options(opts: ScanOptions) -> None:
         except ValueError as exc:
             raise OptionsError(f"max_memory (--max-memory): {exc}") from None
     check_current(opts)
+    check_storage(opts)
     if opts.timeout <= opts.warmup + opts.block_time:
         raise OptionsError(f"timeout ({opts.timeout:g} s) leaves no time to measure; raise it")
 
@@ -60,6 +63,22 @@ def check_current(opts: ScanOptions) -> None:
             opts.current = parse_knobs(opts.current, "current")
         except PlanError as exc:
             raise OptionsError(str(exc)) from None
+
+
+def check_storage(opts: ScanOptions) -> None:
+    """``storage`` one of the states a scan can set; ``data`` paths that exist, normalised to a list of
+    absolute paths (a trial's process may run elsewhere)."""
+    if opts.storage not in ASKED:
+        raise OptionsError(f"storage (--storage) must be one of {', '.join(ASKED)}, got {opts.storage!r}")
+    if opts.data is None:
+        return
+    paths = [opts.data] if isinstance(opts.data, str) else opts.data
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
+        raise OptionsError(f"data (--data) must name the dataset's files or folders, got {opts.data!r}")
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise OptionsError(f"data (--data): {', '.join(missing)} does not exist; name the folder or files the dataset reads")
+    opts.data = [os.path.abspath(p) for p in paths]
 
 
 def check_flags(opts: ScanOptions) -> None:
@@ -101,7 +120,7 @@ def resolve_options(spec_defaults: dict, overrides: dict) -> ScanOptions:
                 raise OptionsError(f"unknown option {key!r} in {origin}; known: {', '.join(sorted(known))}")
             if value is not None:
                 merged[key] = value
-    for key in ("batch_size", "workers", "prefetch", "start_method", "transfer"):
+    for key in ("batch_size", "workers", "prefetch", "start_method", "transfer", "data"):
         if key in merged:
             merged[key] = as_list(merged[key])
             if not merged[key]:

@@ -16,14 +16,16 @@ from typing import Any, Protocol
 
 from loadtune.analysis.load import disturbed, quieter
 from loadtune.analysis.recommend import recommend
+from loadtune.analysis.storage import contrast_configs
 from loadtune.engine import calibration
 from loadtune.engine import stages as stages_mod
+from loadtune.engine import storage as storage_mod
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
 from loadtune.analysis.budget import STARTUP_S, WARMUP_SHARE, RaceClock, mean_leg_s, measured_leg_s, screening_blocks
 from loadtune.analysis.race import joined_note, precision_note, unsettled_configs, unsettled_note
 from loadtune.analysis.race import verdict as race_verdict
-from loadtune.engine.plan import Plan, prepare, race_policy, races, resume_from
+from loadtune.engine.plan import DEFAULT_BATCH_SIZE, Plan, prepare, race_policy, races, resume_from
 from loadtune.engine.race import RaceRun, ending_note, race, run_leg
 from loadtune.engine.reference import record_reference
 from loadtune.engine.trial.harness import run_trial
@@ -35,6 +37,7 @@ from loadtune.model.results import ScanResult
 from loadtune.model.scanfile import check_writable
 from loadtune.model.trial import Trial
 from loadtune.model.settings import ScanOptions
+from loadtune.model.storage import COLD, StorageState
 from loadtune.search.race import challenger, entrants, race_memory_limit
 
 NO_REFERENCE = "no reference for check"  # how the notes that say why none was recorded begin
@@ -120,6 +123,7 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     On Ctrl-C the result is saved (``interrupted``) and KeyboardInterrupt propagates."""
     result, opts = plan.result, plan.options
     save = (lambda: result.save(json_path)) if json_path else (lambda: None)
+    storage_set(plan)
     run = Run(plan, requests_of(plan), save, observer)
     if observer:
         observer.scan_started(result, plan.strategy.planned, opts.budget)
@@ -127,6 +131,7 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     try:
         search(run)
         race_contenders(run)
+        other_state(run)
         diagnose(run)
         conclude(plan)
         result.state = "complete"  # the search is: what follows adds to the result and changes none of it
@@ -165,10 +170,52 @@ def conclude(plan: Plan) -> None:
     result.notes += [n for n in strategy.remarks(result) if n not in result.notes]
 
 
+def storage_set(plan: Plan) -> None:
+    """The page cache's state every trial reads the dataset in, decided once (a resumed scan keeps its
+    own) and set before the first trial (``engine/storage.py``); a scan resumed from a file written
+    before states were set sets none."""
+    result, opts = plan.result, plan.options
+    if opts.storage == "none":
+        return
+    if result.storage is None:
+        batch_size = (opts.batch_size or [plan.spec.batch_size or DEFAULT_BATCH_SIZE])[0]
+        request = requests_of(plan)(pytorch_default(batch_size, False))
+        files, why = storage_mod.dataset_files(opts.data, plan.source, request, result.spec.path)
+        result.storage = (StorageState(opts.storage, None, why) if files is None else
+                          storage_mod.decide(opts.storage, files, plan.machine.memory_available_bytes, None))
+    storage_mod.set_up(result.storage)
+
+
+def other_state(run: Run) -> None:
+    """The pick and a few others timed alone in the other page-cache state, where the budget allows:
+    what training's other state gives (the first epoch of a cached dataset reads cold) and would pick.
+    The scan's own state is set again afterwards."""
+    result, opts = run.plan.result, run.plan.options
+    storage = result.storage
+    if storage is None or storage.state is None or storage.other or result.recommendation is None:
+        return
+    if storage.other_state == COLD and storage.droppable is False:
+        return
+    configs = contrast_configs(result)
+    if not run.fits(len(configs) + 1):
+        result.notes.append(f"no figure in the {storage.other_state} page-cache state: the {opts.budget:g} s budget would be exceeded")
+        return
+    setting = storage_mod.setting_of(storage, storage.other_state)
+    for config in configs:
+        request = screening(run.request_for(config), opts)
+        request = replace(request, timing=replace(request.timing, cache=setting))
+        if run.observer:
+            run.observer.trial_started(len(result.trials), config, 0)
+        storage.other.append(run_trial(run.plan.source, request, run.observer.trial_event if run.observer else None))
+    storage_mod.set_up(storage)
+    run.save()
+
+
 def requests_of(plan: Plan) -> Callable[[TrialConfig], TrialRequest]:
-    """How every trial of this scan is asked for: the scan's timing, loader options, step and ranks."""
+    """How every trial of this scan is asked for: the scan's timing (with the page cache's state),
+    loader options, step and ranks."""
     opts = plan.options
-    timing = scan_timing(opts)
+    timing = replace(scan_timing(opts), cache=storage_mod.setting_of(plan.result.storage))
     loader_options = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
     workload = workload_of(plan.result)
     ranks = distributed.setup_for(opts.nproc_per_node, opts.nnodes, opts.node_rank, plan.device,
@@ -180,6 +227,7 @@ def requests_of(plan: Plan) -> Callable[[TrialConfig], TrialRequest]:
 def calibrate(run: Run) -> None:
     """loadtune's fixed yardstick workload, one trial on the CPU."""
     request = replace(run.request_for(calibration.CONFIG), device="cpu", workload=None, ranks=None, entry=None)
+    request = replace(request, timing=replace(request.timing, cache=None))  # loadtune's workload reads no file
     run.plan.result.calibration.append(run_trial(calibration.REF, request))
     run.save()
 

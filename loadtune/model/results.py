@@ -20,6 +20,7 @@ from loadtune.model.known import from_known, known
 from loadtune.model.scanfile import SCHEMA, SCHEMA_VERSION, ResultError, checked, read_json, write_json
 from loadtune.model.settings import ScanSettings
 from loadtune.model.stages import StageCosts
+from loadtune.model.storage import StorageState
 from loadtune.model.trial import GPUUsage, MemoryUsage, Trial, TrialError
 
 RENDERERS: dict[str, Callable[["ScanResult"], str]] = {}  # MIME type -> renderer, set by loadtune.report.notebook
@@ -247,6 +248,7 @@ class ScanResult:
     # trials taken under outside load and measured once more, the quieter run kept in ``trials``: these
     # are the others, kept out of every estimate
     remeasured: list[Trial] = field(default_factory=list)
+    storage: StorageState | None = None  # the page cache's state every run read the dataset in (None: none set)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     loadtune_version: str = __version__
 
@@ -303,6 +305,7 @@ class ScanResult:
             "stages": self.stages.to_dict() if self.stages else None,
             "reference": self.reference.to_dict() if self.reference else None,
             "remeasured": [t.to_dict() for t in self.remeasured],
+            "storage": self.storage.to_dict() if self.storage else None,
             "batch_sizes": asdict(varying) if (varying := self.varying_batches) else None,  # derived, for readers
         }
 
@@ -327,6 +330,7 @@ class ScanResult:
                 h2d_peaks_gbps=data.get("h2d_peaks_gbps"),
                 reference=PairedReference.from_dict(data.get("reference")),
                 remeasured=[Trial.from_dict(t) for t in data.get("remeasured", [])],
+                storage=StorageState.from_dict(data.get("storage")),
             )
             _ = result.configs  # every estimate a report shows: a damaged figure is refused here, not mid-report
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -16,7 +16,7 @@ BURSTS = 4  # rounds of one batch per worker a timed block (a trial's, a race tu
 
 # Options a file may lack, read as what the scans written before them did where that differs from
 # today's default: before early stopping a trial measured every block.
-OLDER_FILES = {"target_spread": 0.0, "reference_rounds": 0, "race_legs": 0}
+OLDER_FILES = {"target_spread": 0.0, "reference_rounds": 0, "race_legs": 0, "storage": "none"}
 
 
 @dataclass
@@ -60,6 +60,11 @@ class ScanOptions:
     diagnose: bool = True  # profile the stages once (where the time goes, the bound)
     reference_rounds: int = 0  # paired rounds of the pick and its shaped calibration, for check (0: none; check --record)
     current: dict | str | None = None  # the user's own knobs ("num_workers=8,pin_memory=True"): measured, the gain's reference
+    # the page cache's state every config is timed in: "warm" (the dataset's files read through once first),
+    # "cold" (dropped before every trial and turn), "auto" (the state training will be in: warm where the
+    # files fit in the page cache beside the job); files written before it read "none" (nothing was set)
+    storage: str = "auto"
+    data: list[str] | str | None = None  # the dataset's files or folders; None: those it opens or maps while read
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ScanOptions":

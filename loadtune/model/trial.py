@@ -30,13 +30,18 @@ class Block:
     # pages the trial's main process took fresh from the kernel in the block, in bytes (minor faults x
     # page size; None: not counted on this platform)
     faulted_bytes: int | None = None
+    # bytes the trial's process tree (main process and workers) made storage fetch in the block, and every
+    # byte its read() calls returned, from the page cache or not (/proc/<pid>/io read_bytes and rchar; None:
+    # not counted, the dataset reads no files the scan knows of)
+    storage_bytes: int | None = None
+    read_bytes: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> "Block":
         """A block read back from JSON; its figures must be numbers, or every estimate made from it fails later."""
         block = from_known(cls, data)
         figures = (block.samples, block.batches, block.seconds, block.epochs, block.wait_s or 0, block.h2d_bytes or 0,
-                   block.faulted_bytes or 0)
+                   block.faulted_bytes or 0, block.storage_bytes or 0, block.read_bytes or 0)
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") for v in figures):
             raise ValueError(f"a block's figures are not all non-negative numbers: {data}")
         return block
@@ -65,7 +70,10 @@ class MemoryUsage:
 
 def block_dict(block: Block) -> dict:
     """A block as JSON, its optional figures left out when not measured (blocks are many)."""
-    return {k: v for k, v in asdict(block).items() if v is not None or k not in ("wait_s", "h2d_bytes", "faulted_bytes")}
+    return {k: v for k, v in asdict(block).items() if v is not None or k not in OPTIONAL_FIGURES}
+
+
+OPTIONAL_FIGURES = ("wait_s", "h2d_bytes", "faulted_bytes", "storage_bytes", "read_bytes")  # left out of JSON when None
 
 
 @dataclass

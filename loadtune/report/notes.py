@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from loadtune.analysis.storage import storage_notes
 from loadtune.analysis import footprint
 from loadtune.analysis.copyrate import copy_notes
 from loadtune.analysis.race import REGIME_GAP, allocator_moves
@@ -27,6 +28,7 @@ def notes(result: ScanResult) -> list[Text]:
     if result.stages is not None:
         out += [Text(f"• stage profile: {note}", style="cyan") for note in result.stages.notes]
     out += [Text(f"• {note}", style="cyan") for note in step_notes(result) + copy_notes(result) + gpu_notes(result)]
+    out += [Text(f"• page cache: {note}.", style="cyan") for note in storage_notes(result)]
     for memory_note in (footprint.copy_on_write(configs), *allocator_notes(result)):
         if memory_note:
             out.append(Text(f"• {memory_note}.", style="yellow"))

@@ -222,6 +222,9 @@ def tell(proc: TrialProcess, trial: Trial, ending: Ending, block_s: float | None
     read 0.51, and 0.514 with the samples between blocks (benchmarks/HISTORY.md)."""
     if ending is not Ending.PAUSED:
         return ending
+    cache = proc.request.timing.cache
+    if block_s is not None and cache is not None:  # a cold state is set again before every turn: the other
+        cache.before_run()  # sides read the same files in their turns, and would leave them cached for this one
     try:
         proc.conn.send(Message(Kind.TURN, block_s))
     except OSError:

@@ -230,6 +230,8 @@ class TrialProcess:
         self.watch: Watch | None = None
 
     def start(self, on_event: OnEvent | None) -> None:
+        if self.request.timing.cache is not None:  # the page cache's state the trial is timed in, set before it starts
+            self.request.timing.cache.before_run()
         forked = self.ctx.get_start_method() == "fork"  # a fork imports nothing; hidden in it, ``__main__`` would stay hidden
         with main_module_hidden() if not forked else contextlib.nullcontext(), sigint_held():
             self.proc.start()

@@ -23,6 +23,8 @@ except ImportError:  # Windows: no page-fault counts
 from loadtune.engine.loaders import start
 from loadtune.engine.spec import LoadedSpec
 from loadtune.engine.trial import gpu
+from loadtune.engine.trial.cpu import worker_pids
+from loadtune.engine.trial.pagecache import CacheSetting, IOCount, tree_io
 from loadtune.engine.trial.setup import (Consumer, LoaderOptions, Shard, Timing, TrialFailure, TrialPrefetcher, device_sync,
                                          make_consumer, make_loader)
 from loadtune.engine.trial.transfer import batch_size_of
@@ -113,8 +115,13 @@ class Meter:
     """Drives the loader through phases of a trial and times them."""
 
     def __init__(self, loader: DataLoader, consume: Callable, sync: Callable, count: SampleCounter,
-                 align_s: float = math.inf, restarts: bool = False):
+                 align_s: float = math.inf, restarts: bool = False, cache: CacheSetting | None = None):
         self.loader, self.consume, self.sync, self.count = loader, consume, sync, count
+        self.cache = cache  # each block's bytes from storage and from read(), main process and workers
+        # cold: the files are dropped again at every epoch boundary, untimed, so that the next epoch's
+        # samples, read in the epoch before, come from storage as in training's first epoch
+        self.cold = cache is not None and cache.state == "cold"
+        self.paused = 0.0  # seconds of the current block spent setting the cold state, not the loader's
         self.align_s = align_s  # epochs up to this long are measured whole
         self.restarts = restarts  # every epoch starts its workers again (num_workers > 0, not persistent)
         self.startup_s = 0.0
@@ -185,7 +192,7 @@ class Meter:
         such blocks overstated a restarting loader's rate (by up to 40% on
         benchmarks/archetypes/tiny_dataset.py). A phase still lasts ``min_s`` at least."""
         clock = time.perf_counter
-        start, faulted_before = self.mark, faulted_bytes()
+        start, faulted_before, io_before = self.mark, faulted_bytes(), self._io()
         whole = self.epochs_for(min_s) if self.aligned else 0  # epochs this phase spans
         samples = batches = epochs = 0
         waited = asked = 0.0  # host time inside next(): what a CPU consumer waits for data
@@ -206,6 +213,8 @@ class Meter:
                         waited += clock() - asked
                     epochs += 1
                     now = self._end_epoch()
+                    if self.cold:
+                        self.paused += self._set_cold()
                     if (batches >= min_batches and epochs >= whole and now - start >= min_s) or now > deadline:
                         break
                     continue
@@ -217,7 +226,18 @@ class Meter:
             if now > deadline or (not self.aligned and batches >= min_batches and now - start >= min_s
                                   and batches % multiple == 0 and settled()):
                 break
-        return self._end_block(start, samples, batches, epochs, waited, faulted_before)
+        return self._end_block(start, samples, batches, epochs, waited, faulted_before, io_before)
+
+    def _set_cold(self) -> float:
+        """Drop the files between two epochs, where no worker is busy (the next epoch has not been asked
+        for); returns how long it took, which the block does not count."""
+        began = time.perf_counter()
+        self.cache.before_run()
+        return time.perf_counter() - began
+
+    def _io(self) -> IOCount | None:
+        """The tree's read counters now (``count_io``): outside the hot loop, a /proc read per worker."""
+        return tree_io(worker_pids(self.loader_iterator)) if self.cache is not None else None
 
     def _begin_block(self) -> tuple[Callable | None, bool]:
         """What the hot loop calls per batch (None when there is nothing to do with a batch: it is
@@ -245,16 +265,21 @@ class Meter:
         return now
 
     def _end_block(self, start: float, samples: int, batches: int, epochs: int, waited: float,
-                   faulted_before: int | None) -> Block:
+                   faulted_before: int | None, io_before: IOCount | None = None) -> Block:
         """Synchronise the device once; the block ends there, where the next one begins."""
         self.sync()
         self.mark = time.perf_counter()
+        start += self.paused  # the drops between epochs are the scan's time, not the loader's
+        self.paused = 0.0
         wait_s = h2d_bytes = None
         if self.stats is not None:
             wait_s, h2d_bytes = self.stats.end_block(waited)
         end = faulted_bytes()
         faulted = end - faulted_before if end is not None and faulted_before is not None else None
-        return Block(samples, batches, self.mark - start, epochs, wait_s, h2d_bytes, faulted)
+        io_after = self._io() if io_before is not None else None
+        io = io_after - io_before if io_after is not None else None
+        return Block(samples, batches, self.mark - start, epochs, wait_s, h2d_bytes, faulted,
+                     io.storage if io else None, io.read if io else None)
 
 
 def faulted_bytes() -> int | None:
@@ -310,4 +335,5 @@ def build_meter(spec: LoadedSpec, config: TrialConfig, device: torch.device, tim
     return Meter(source, consumer, device_sync(device),
                  SampleCounter(spec, config, options.drop_last, shard_length),
                  ALIGN_EPOCHS_UP_TO * timing.block_s if whole_epochs else -math.inf,
-                 restarts=whole_epochs and config.num_workers > 0 and not config.persistent_workers)
+                 restarts=whole_epochs and config.num_workers > 0 and not config.persistent_workers,
+                 cache=timing.cache)

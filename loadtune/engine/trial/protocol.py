@@ -46,6 +46,7 @@ class Kind(StrEnum):
     GPU_MEMORY = "gpu_memory"  # the device's GPUUsage (allocator peaks, pinned memory)
     MEMORY = "memory"  # a rank's own memory (PSS of it and its workers), measured inside it
     STAGES = "stages"  # the profiling run's StageCosts
+    FILES = "files"  # the files a dataset opened or mapped while samples were read (``engine.storage``)
     MEASURED = "measured"  # the loaders are at steady state, held alive until the parent's ACK
     ACK = "ack"  # parent to child: the memory sample is taken, tear down
     READY = "ready"  # a side of a run in turns (``trial.duet``) is warmed up and settled: it awaits its turns

@@ -13,6 +13,7 @@ import torch
 from loadtune.engine.loaders import LoaderError
 from loadtune.engine.spec import LoadedSpec
 from loadtune.engine.trial.idle import GPUIdleClock
+from loadtune.engine.trial.pagecache import CacheSetting
 from loadtune.engine.trial.prefetch import CUDAPrefetcher
 from loadtune.engine.trial.transfer import move_to, nbytes_of
 from loadtune.model.config import TrialConfig
@@ -31,6 +32,10 @@ class Timing:
     max_s: float = 60.0
     min_blocks: int = 3
     target_spread: float = 0.0  # stop once the median's interval is this tight (relative); 0: run all blocks
+    # the page cache's state the dataset's files are timed in (None: the dataset reads no files the scan
+    # knows of): each block then counts its bytes from storage, and a cold state is set again at every
+    # epoch boundary, untimed, so that no timed sample is read from the cache
+    cache: CacheSetting | None = None
 
     def enough(self, rates: list[float]) -> bool:
         """Blocks keep coming until the estimate is as precise as asked, as blocked_autorange does."""
