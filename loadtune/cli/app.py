@@ -113,6 +113,11 @@ def scan(
     current: Optional[str] = typer.Option(None, "--current", help="your own settings, e.g. \"num_workers=8,pin_memory=True,batch_size=256\": "
                                                                   "always measured, marked in the table; the gain is stated over them, "
                                                                   "and keeping them is a possible verdict"),
+    storage: Optional[str] = typer.Option(None, "--storage", help="the page cache's state every config is timed in: warm (the dataset's files "
+                                                                  "read through once first), cold (dropped before every trial), auto: the "
+                                                                  "state training will be in (default: auto)"),
+    data: Optional[list[str]] = typer.Option(None, "--data", help="the folder or files the dataset reads (repeatable; default: those it "
+                                                                  "opens or maps while samples are read)"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="where to save the full result, rewritten after every trial (default: "
                                                                   "loadtune.json)"),
     resume: bool = typer.Option(False, "--resume", help="continue the interrupted scan saved at --json, without re-running its finished trials"),
@@ -139,6 +144,7 @@ def scan(
         search="grid" if grid else None, budget=budget, confirm=confirm, race_legs=race_legs, timeout=timeout, seed=seed,
         nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
         max_memory=max_memory, diagnose=diagnose, reference_rounds=reference_rounds, current=current,
+        storage=storage, data=data or None,
     )
     plan, json_path, adopted = planned_scan(spec, overrides, json_path, resume)
     html, plot = (distributed.node_path(p, plan.options.nnodes, plan.options.node_rank) if p else None for p in (html, plot))
