@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import replace
 
+from loadtune.analysis.diskread import droppable as judged_droppable
 from loadtune.analysis.storage import Roots, cache_capacity, data_file, dataset_roots, training_state
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.harness import run_trial
@@ -26,10 +27,9 @@ from loadtune.engine.trial.transfer import batch_size_of
 from loadtune.model.config import pytorch_default
 from loadtune.model.storage import COLD, WARM, DatasetFiles, StorageState
 
-DISCOVER_S = 2.0  # samples are read for this long at most to see which files the dataset reads...
-DISCOVER_BATCHES = 32  # ...or this many batches
+DISCOVER_S = 1.0  # samples are read for this long at most to see which files the dataset reads...
+DISCOVER_BATCHES = 8  # ...or this many batches (a few hundred samples: enough to see where its files lie)
 DROP_CHECK_FILES = 64  # files read and dropped to see whether dropping works where the dataset lies
-DROPPED_SHARE = 0.05  # at most this share left in the cache after a drop: dropping works
 
 
 def mapped_files() -> set[str]:
@@ -118,12 +118,12 @@ def setting_of(storage: StorageState | None, state: str | None = None) -> CacheS
 
 def droppable(files: tuple[str, ...]) -> bool | None:
     """Whether dropping a file's pages empties the cache of it where these files lie: a few files read
-    through, dropped, and looked at with ``mincore``. Some network filesystems ignore the advice."""
+    through, dropped, and looked at with ``mincore`` (``analysis.diskread.droppable`` judges, as for
+    ``doctor --storage``). Some network filesystems ignore the advice."""
     sample = files[:: max(1, len(files) // DROP_CHECK_FILES)][:DROP_CHECK_FILES]
     read_through(sample)
-    drop(sample)
-    left = resident_share(sample)
-    return None if left is None else left <= DROPPED_SHARE
+    asked = drop(sample)
+    return judged_droppable(resident_share(sample), asked)
 
 
 def decide(asked: str, files: DatasetFiles, available: int | None, loader_bytes: int | None) -> StorageState:

@@ -1,0 +1,129 @@
+"""The page cache as a state the scan sets: where a dataset's files lie, which state training reads
+them in, which state a run read in (pure); dropping and reading through real files; trials that read
+cold fetch their bytes from storage, warm ones next to none; a cold scan end to end."""
+
+import json
+import sys
+
+import pytest
+
+from conftest import QUICK, SPECS, run_cli
+from loadtune.analysis.storage import COLD_SHARE, data_file, dataset_roots, off_state, run_state, training_state
+from loadtune.engine.trial import pagecache
+from loadtune.model.storage import COLD, WARM
+from loadtune.model.trial import Block, Trial
+from loadtune.model.config import TrialConfig
+
+sys.path.insert(0, str(SPECS))
+import files as files_spec  # noqa: E402
+
+GiB = 1024**3
+
+
+# ---- pure ---------------------------------------------------------------------------------------------
+
+
+def test_a_dataset_that_fits_in_the_page_cache_is_read_warm_one_larger_cold():
+    assert training_state("auto", 5 * GiB, 20 * GiB)[0] == WARM
+    state, why = training_state("auto", 30 * GiB, 20 * GiB)
+    assert state == COLD and "exceed" in why
+    assert training_state("cold", 1 * GiB, 20 * GiB)[0] == COLD  # as asked, whatever the sizes
+    assert training_state("warm", 30 * GiB, 20 * GiB)[0] == WARM
+
+
+def test_the_files_of_a_folder_stand_for_its_other_files_of_the_same_kind():
+    roots = dataset_roots(["/data/set/00001.jpg", "/data/set/00007.jpg"])
+    assert roots.roots == ("/data/set",) and roots.suffixes == (".jpg",) and not roots.recursive
+    classes = [f"/data/imagenet/train/n{c:04d}/x.JPEG" for c in range(40)]
+    many = dataset_roots(classes)
+    assert many.roots == ("/data/imagenet/train",) and many.recursive
+    spread = dataset_roots([f"/d{i}/x.bin" for i in range(20)])
+    assert not spread.roots and "--data" in spread.why
+    assert not dataset_roots([]).roots
+
+
+def test_code_and_the_system_files_a_dataset_opens_are_not_its_data():
+    assert data_file("/data/set/a.jpg", ["/usr/local/python"])
+    assert not data_file("/usr/local/python/lib/python3.11/json/__init__.py", ["/usr/local/python"])
+    assert not data_file("/usr/local/python/share/zoneinfo/UTC", ["/usr/local/python"])
+    assert not data_file("/proc/self/maps", [])
+    assert not data_file("/home/u/spec.py", [])
+
+
+def trial_reading(storage_per_sample: int, samples: int = 100) -> Trial:
+    block = Block(samples, 4, 0.1, storage_bytes=storage_per_sample * samples, read_bytes=48 * 1024 * samples)
+    return Trial(TrialConfig(batch_size=25, num_workers=0), "ok", blocks=[block, block, block])
+
+
+def test_a_run_read_cold_where_it_fetched_most_of_a_sample_from_storage():
+    sample = 48 * 1024
+    assert run_state(trial_reading(sample), sample) == COLD
+    assert run_state(trial_reading(0), sample) == WARM
+    assert run_state(trial_reading(int(sample * (COLD_SHARE - 0.1))), sample) == "mixed"
+    assert run_state(Trial(TrialConfig(batch_size=25, num_workers=0), "ok", blocks=[Block(100, 4, 0.1)]), sample) is None  # not counted
+    assert off_state(trial_reading(sample), WARM, sample)  # a cold run in a warm scan is never compared with the rest
+    assert not off_state(trial_reading(0), WARM, sample)
+    assert not off_state(trial_reading(sample // 3), COLD, sample)  # mixed: kept, not a state of its own
+
+
+# ---- real files ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    path = tmp_path / "data"
+    files_spec.write(str(path))
+    monkeypatch.setenv("LOADTUNE_TEST_FILES", str(path))
+    return path
+
+
+def droppable_here(files) -> bool:
+    pagecache.read_through(files)
+    pagecache.drop(files)
+    return (pagecache.resident_share(files) or 0) < 0.05
+
+
+def test_dropped_files_leave_the_page_cache_and_a_read_through_brings_them_back(folder):
+    files = pagecache.files_under([str(folder)])
+    assert len(files) == 400 and pagecache.total_bytes(files) == 400 * files_spec.FILE_BYTES
+    if not droppable_here(files):
+        pytest.skip("dropping pages has no effect on this filesystem")
+    before = pagecache.io_of()
+    pagecache.read_through(files)
+    read = pagecache.io_of() - before
+    assert read.storage >= 0.9 * 400 * files_spec.FILE_BYTES  # fetched from storage: they were dropped
+    assert pagecache.resident_share(files) > 0.95
+    before = pagecache.io_of()
+    pagecache.read_through(files)
+    assert (pagecache.io_of() - before).storage < 0.05 * 400 * files_spec.FILE_BYTES  # from the cache
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state", [COLD, WARM])
+def test_a_scan_reads_every_trial_in_the_state_it_set(folder, tmp_path, state):
+    """Cold: every trial (workers or none) fetched about a sample's bytes from storage per sample; warm:
+    next to none. The files were found by what the dataset opened."""
+    if not droppable_here(pagecache.files_under([str(folder)])):
+        pytest.skip("dropping pages has no effect on this filesystem")
+    out = tmp_path / "scan.json"
+    proc = run_cli("scan", SPECS / "files.py", "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--race-legs", "0",
+                   "--confirm", "0", "--no-diagnose", "--storage", state, "--json", out, *QUICK,
+                   env={"LOADTUNE_TEST_FILES": str(folder)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    storage = data["storage"]
+    assert storage["state"] == state and storage["files"]["roots"] == [str(folder)]
+    assert storage["files"]["files"] == 400 and storage["files"]["found_by"] == "opened"
+    trials = [t for t in data["trials"] if t["status"] == "ok"]
+    assert {t["config"]["num_workers"] for t in trials} >= {0, 2}
+    for trial in trials:
+        samples = sum(b["samples"] for b in trial["blocks"])
+        fetched = sum(b["storage_bytes"] for b in trial["blocks"]) / samples
+        if state == COLD:
+            assert fetched >= 0.8 * files_spec.FILE_BYTES, (trial["config"], fetched)
+        else:
+            assert fetched <= 0.1 * files_spec.FILE_BYTES, (trial["config"], fetched)
+    other = storage["other"]
+    assert other and other[0]["config"] == data["recommendation"]["config"]  # the pick, timed in the other state
+    assert "page cache: measured " + state in proc.stdout
+
