@@ -32,7 +32,7 @@ def write_files(root: str = ROOT, count: int = COUNT) -> list[str]:
         g = torch.Generator().manual_seed(i)
         data = torch.randint(0, 256, (FILE_BYTES,), dtype=torch.uint8, generator=g)
         with open(path, "wb") as f:
-            f.write(data.numpy().tobytes() if hasattr(data, "numpy") else bytes(data.tolist()))
+            f.write(data.numpy().tobytes())
         wrote = True
     if wrote:
         os.sync()

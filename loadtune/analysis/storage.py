@@ -15,12 +15,15 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from loadtune.analysis.race import race_ratio
+from loadtune.model.results import by_config
 from loadtune.model.storage import COLD, WARM
 from loadtune.model.trial import Trial
 
 GiB = 1024**3
 COLD_SHARE = 0.5  # a run that fetched at least this share of the bytes a sample holds from storage read cold
 WARM_SHARE = 0.1  # ...and at most this share: warm; between the two, mixed
+WIDE = 4.0  # a ratio whose interval spans more than this factor (2x either way) is not printed as a number
 FEW_FOLDERS = 8  # files seen in at most this many folders: those folders; more: the folder they share
 SYSTEM_PREFIXES = ("/proc/", "/sys/", "/dev/", "/etc/", "/usr/lib/", "/usr/share/", "/usr/local/lib/", "/lib/", "/lib64/")
 CODE_SUFFIXES = (".py", ".pyc", ".so", ".pth", ".json.lock")
@@ -181,29 +184,43 @@ def rate_text(rate: float) -> str:
 
 
 def other_state_notes(result, pick, pick_rate: float) -> list[str]:
-    """What the configs timed alone in the other state gave: the pick's speed there (the first epoch's
-    length, or what RAM would give) and which of them ran fastest there."""
+    """What the configs timed in the other state gave: the pick's speed there (the first epoch's
+    length, or what RAM would give) and which of them ran fastest there, side by side where they raced
+    (a ratio with its interval, ``analysis.race.race_ratio``), else alone once each (said so)."""
     storage = result.storage
-    timed = [t for t in storage.other if t.ok]
-    mine = next((t for t in timed if t.config == pick), None)
+    timed = by_config([t for t in storage.other if t.ok])
+    mine = next((c for c in timed if c.config == pick), None)
     if mine is None:
         return []
+    raced = any(t.raced for t in storage.other)
+    how = "side by side with the others timed there" if raced else "alone"
     rate, length = mine.estimate.median, result.spec.length
     if storage.state == WARM:
         epoch = f", {length / rate:,.0f} s for an epoch of {length:,} samples" if length else ""
         out = [f"from storage (a first epoch, and every epoch of data larger than the page cache) {result.label(pick)} ran "
-               f"{rate_text(rate)} alone, {pick_rate / rate:.1f}× slower than from the cache{epoch}"]
+               f"{rate_text(rate)} ({how}), {pick_rate / rate:.1f}× slower than from the cache{epoch}"]
     else:
         fits = storage.cache_bytes is not None and storage.files.bytes <= storage.cache_bytes
         ram = (f"a copy in RAM gives that (mount -t tmpfs -o size={math.ceil(storage.files.bytes * 1.1 / GiB)}G tmpfs /mnt/data)"
                if fits else "faster storage moves it toward that")
-        out = [f"from the page cache {result.label(pick)} ran {rate_text(rate)} alone, {rate / pick_rate:.1f}× its speed from "
-               f"storage: {ram}"]
-    best = max(timed, key=lambda t: t.estimate.median)
-    if best.config != pick and best.estimate.median > rate:
-        out.append(f"in the {storage.other_state} state {result.label(best.config)} ran fastest of those timed there "
-                   f"({rate_text(best.estimate.median)} alone, one run each): run the scan with --storage "
-                   f"{storage.other_state} to decide for that state")
+        out = [f"from the page cache {result.label(pick)} ran {rate_text(rate)} ({how}), {rate / pick_rate:.1f}× its speed "
+               f"from storage: {ram}"]
+    best = max(timed, key=lambda c: c.estimate.median)
+    if best.config == pick:
+        return out
+    other = storage.other_state
+    ratio = race_ratio(storage.other, best.config, pick) if raced else None
+    if ratio is not None and ratio.high / ratio.low > WIDE:
+        out.append(f"from {'storage' if other == COLD else 'the page cache'} the legs could not tell {result.label(best.config)} "
+                   f"from the pick (their turns read over {WIDE:g}× apart): run the scan with --storage {other} to decide for that state")
+    elif ratio is not None:
+        floor = result.settings.options.noise_floor
+        verdict = "faster there beyond the noise" if ratio.low > 1 + floor else "not told apart from it there in these legs"
+        out.append(f"from {'storage' if other == COLD else 'the page cache'} {result.label(best.config)} ran {ratio.text()} "
+                   f"the pick's speed side by side: {verdict}; run the scan with --storage {other} to decide for that state")
+    else:
+        out.append(f"in the {other} state {result.label(best.config)} ran fastest of those timed there "
+                   f"({rate_text(best.estimate.median)} alone, one run each): run the scan with --storage {other} to decide for that state")
     return out
 
 

@@ -38,8 +38,9 @@ from loadtune.model.scanfile import check_writable
 from loadtune.model.trial import Trial
 from loadtune.model.settings import ScanOptions
 from loadtune.model.storage import COLD, StorageState
-from loadtune.search.race import challenger, entrants, race_memory_limit
+from loadtune.search.race import challenger, entrants, memory_need, race_memory_limit
 
+OTHER_LEGS = 2  # legs raced in the other page-cache state: two processes each, so the ratio shows their spread
 NO_REFERENCE = "no reference for check"  # how the notes that say why none was recorded begin
 NO_PROFILE_WITH_RANKS = ("no stage profile or bound with several ranks: the profile models one loader, and ranks share "
                          "the node's cores in ways it does not (the table's slowest rank is the figure)")
@@ -187,9 +188,10 @@ def storage_set(plan: Plan) -> None:
 
 
 def other_state(run: Run) -> None:
-    """The pick and a few others timed alone in the other page-cache state, where the budget allows:
-    what training's other state gives (the first epoch of a cached dataset reads cold) and would pick.
-    The scan's own state is set again afterwards."""
+    """The pick, PyTorch's defaults and the fastest config with the most workers in the other page-cache
+    state, where the budget allows: raced side by side (two legs), or timed alone once each where the
+    scan runs no race. What training's other state gives (the first epoch of a cached dataset reads
+    cold) and would pick. The scan's own state is set again afterwards."""
     result, opts = run.plan.result, run.plan.options
     storage = result.storage
     if storage is None or storage.state is None or storage.other or result.recommendation is None:
@@ -197,16 +199,28 @@ def other_state(run: Run) -> None:
     if storage.other_state == COLD and storage.droppable is False:
         return
     configs = contrast_configs(result)
-    if not run.fits(len(configs) + 1):
+    policy, need = race_policy(opts), memory_need(result.configs)
+    fits_memory = sum(need(c) for c in result.configs if c.config in configs) <= race_memory_limit(
+        opts.max_memory, run.plan.machine.memory_available_bytes)
+    raced = races(opts) and len(configs) > 1 and fits_memory
+    seconds = (OTHER_LEGS * measured_leg_s(opts, result.trials, len(configs), policy.pairs_per_leg) if raced
+               else len(configs) * expected_trial_s(result, opts))
+    if not run.fits(1, seconds):
         result.notes.append(f"no figure in the {storage.other_state} page-cache state: the {opts.budget:g} s budget would be exceeded")
         return
-    setting = storage_mod.setting_of(storage, storage.other_state)
-    for config in configs:
-        request = screening(run.request_for(config), opts)
-        request = replace(request, timing=replace(request.timing, cache=setting))
-        if run.observer:
-            run.observer.trial_started(len(result.trials), config, 0)
-        storage.other.append(run_trial(run.plan.source, request, run.observer.trial_event if run.observer else None))
+    request = screening(run.request_for(configs[0]), opts)
+    request = replace(request, timing=replace(request.timing, cache=storage_mod.setting_of(storage, storage.other_state)))
+    on_event = run.observer.trial_event if run.observer else None
+    if raced:
+        for number in range(1, OTHER_LEGS + 1):
+            if run.observer:
+                run.observer.race_started(number, configs)
+            storage.other += run_leg(run.plan.source, request, configs, number, opts.seed + number, on_event, policy.pairs_per_leg)
+    else:
+        for config in configs:
+            if run.observer:
+                run.observer.trial_started(len(result.trials), config, 0)
+            storage.other.append(run_trial(run.plan.source, replace(request, config=config), on_event))
     storage_mod.set_up(storage)
     run.save()
 

@@ -241,6 +241,8 @@ class CacheSetting:
         return cached_files(self.roots, self.suffixes, self.recursive)
 
     def before_run(self) -> None:
-        """Before a trial's process starts or a turn is timed: a cold state drops the files again."""
+        """Before a trial's process starts or a turn is timed: a cold state drops the files again. Without a
+        write-back: the scan wrote them back once when it set the state (``engine.storage.set_up``), and
+        since then they were only read (with one, 20,000 files took 2.5 s a drop here; without, 0.04 s)."""
         if self.state == "cold":
-            drop(self.files)
+            drop_read(self.files)
