@@ -164,6 +164,8 @@ def read_text(figures: ReadFigures | None) -> str | None:
     """'48 KiB a sample from storage, 0 KiB from the page cache' for a run's figures."""
     if figures is None:
         return None
+    if figures.read < figures.storage / 2:  # reads through a memory mapping: rchar counts none of them
+        return f"{kib(figures.storage)} a sample from storage (through a memory mapping: what the page cache served is not counted)"
     cached = max(0.0, figures.read - figures.storage)
     return f"{kib(figures.storage)} a sample from storage and {kib(cached)} from the page cache"
 
@@ -247,6 +249,11 @@ def storage_notes(result) -> list[str]:
     if off:
         out.append(f"{', '.join(result.label(c.config) for c in off)} read the dataset in another state than the scan set "
                    "(the cache lost its files, or the drop did not hold): their figures mix the two states")
+    mixed = [c for c in result.configs if storage.state == COLD and any(run_state(t, per_sample) == "mixed" for t in c.trials)]
+    if mixed:
+        out.append(f"{', '.join(result.label(c.config) for c in mixed)} fetched less than half of a sample's bytes from storage "
+                   "in a cold scan: pages stayed cached while they ran (a memory-mapped file's pages that a live process maps are "
+                   "not dropped, and readahead brings in more than each read asks for): their figures are partly warm")
     peak = pick.memory.peak_bytes if pick.memory else None
     room = cache_capacity(result.machine.memory_available_bytes, peak)
     if storage.asked == "auto" and storage.state == WARM and room is not None and storage.files.bytes > room:

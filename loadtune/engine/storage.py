@@ -29,6 +29,7 @@ from loadtune.model.storage import COLD, WARM, DatasetFiles, StorageState
 
 DISCOVER_S = 1.0  # samples are read for this long at most to see which files the dataset reads...
 DISCOVER_BATCHES = 8  # ...or this many batches (a few hundred samples: enough to see where its files lie)
+TRIAL_FILES = "loadtune-trial-"  # the trial's own log and scratch files (``trial.harness``), never the dataset's
 DROP_CHECK_FILES = 64  # files read and dropped to see whether dropping works where the dataset lies
 
 
@@ -93,7 +94,7 @@ def seen_files(source: SpecRef | LoadedSpec, request: TrialRequest, spec_path: s
     run_trial(source, replace(request, config=config, entry=discover_trial, needs_blocks=False, ranks=None),
               lambda kind, payload: got.__setitem__("files", payload) if kind is Kind.FILES else None)
     excluded = excluded_paths(spec_path)
-    return [p for p in got.get("files", []) if data_file(p, excluded) and not os.path.basename(p).startswith("loadtune-")]
+    return [p for p in got.get("files", []) if data_file(p, excluded) and not os.path.basename(p).startswith(TRIAL_FILES)]
 
 
 def dataset_files(data: list[str] | None, source: SpecRef | LoadedSpec, request: TrialRequest,
@@ -156,10 +157,16 @@ def set_up(storage: StorageState) -> StorageState:
     return storage
 
 
+def enter(setting: CacheSetting) -> None:
+    """Put the files in ``setting``'s state now: warm, read through; cold, dropped (written back first:
+    pages dirty since the last drop are never dropped)."""
+    (read_through if setting.state == WARM else drop)(setting.files)
+
+
 def readied(storage: StorageState | None) -> CacheSetting | None:
-    """A saved scan's state set again where its files are (``check`` measures as its baseline did):
-    warm, read through; cold, dropped. None where the scan set none."""
+    """A saved scan's state set again where its files are (``check`` measures as its baseline did);
+    None where the scan set none."""
     setting = setting_of(storage)
     if setting is not None:
-        (read_through if setting.state == WARM else drop)(setting.files)
+        enter(setting)
     return setting
