@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import QUICK, SPECS, run_cli
-from loadtune.analysis.storage import COLD_SHARE, data_file, dataset_roots, off_state, run_state, training_state
+from loadtune.analysis.storage import COLD_SHARE, data_file, dataset_roots, off_state, run_state, training_state, tuned_cold
 from loadtune.engine.trial import pagecache
 from loadtune.model.storage import COLD, WARM
 from loadtune.model.trial import Block, Trial
@@ -127,3 +127,41 @@ def test_a_scan_reads_every_trial_in_the_state_it_set(folder, tmp_path, state):
     assert other and other[0]["config"] == data["recommendation"]["config"]  # the pick, timed in the other state
     assert "page cache: measured " + state in proc.stdout
 
+
+
+def test_autotune_is_told_when_it_picked_from_storage_for_data_that_fits_in_memory():
+    sample = 48 * 1024
+    cold = [trial_reading(sample)]
+    note = tuned_cold(cold, cold[0].config, 20_000, 20 * GiB)
+    assert note is not None and "from storage" in note and "--storage warm" in note
+    assert tuned_cold(cold, cold[0].config, 20_000_000, 20 * GiB) is None  # larger than memory: later epochs read cold too
+    assert tuned_cold([trial_reading(0)], cold[0].config, 20_000, 20 * GiB) is None  # read from the cache
+
+
+@pytest.mark.slow
+def test_autotune_windows_count_the_bytes_they_read_from_storage(folder):
+    """A first epoch over files dropped from the cache: the live loop's blocks fetched about a sample's
+    bytes from storage per sample (main process and workers)."""
+    import loadtune
+
+    files = pagecache.files_under([str(folder)])
+    if not droppable_here(files):
+        pytest.skip("dropping pages has no effect on this filesystem")
+    loader = loadtune.autotune(files_spec.Files(str(folder)), batch_size=8, workers=[0, 2], block_batches=3, min_blocks=2,
+                               max_blocks=2, tune_epochs=1, log=False)
+    for _ in loader:
+        pass
+    blocks = [b for t in loader.report().trials for b in t.blocks]
+    assert blocks and all(b.storage_bytes is not None for b in blocks)
+    fetched = sum(b.storage_bytes for b in blocks) / sum(b.samples for b in blocks)
+    assert fetched >= 0.5 * files_spec.FILE_BYTES
+
+
+def test_where_dropping_has_no_effect_a_cold_scan_measures_warm_and_says_so(folder, monkeypatch):
+    from loadtune.engine import storage as storage_mod
+    from loadtune.model.storage import DatasetFiles, StorageState
+
+    files = DatasetFiles([str(folder)], 400, 400 * files_spec.FILE_BYTES, "data")
+    monkeypatch.setattr(storage_mod, "droppable", lambda files: False)
+    state = storage_mod.set_up(StorageState("cold", "cold", "as asked", files, 20 * GiB))
+    assert state.state == WARM and state.droppable is False and "no cold state can be set" in state.why

@@ -260,3 +260,19 @@ def storage_notes(result) -> list[str]:
         out.append(f"beside the pick's measured {gib(peak)} the page cache holds {gib(room)}, less than the dataset's "
                    f"{gib(storage.files.bytes)}: training may read it cold; scan with --storage cold to measure that")
     return out
+
+
+def tuned_cold(trials: list[Trial], config, length: int | None, available: int | None) -> str | None:
+    """autotune's note where the pick was judged on reads from storage (a first epoch) while the
+    dataset, at the bytes a sample read, fits in the memory available: later epochs read from the page
+    cache, where the best config can differ. None where the windows read from the cache, or the data
+    does not fit (later epochs read from storage too)."""
+    figures = pooled_figures([t for t in trials if t.config == config])
+    if figures is None or figures.read <= 0 or figures.storage < COLD_SHARE * figures.read or not length or available is None:
+        return None
+    size = length * figures.read
+    if size > available:
+        return None
+    return (f"its windows read {kib(figures.storage)} a sample from storage (a first epoch's reads), while the dataset's "
+            f"{gib(size)} fit in the {gib(available)} of memory available: later epochs read from the page cache, where the "
+            "best config can differ, and this pick was made from storage; `loadtune scan --storage warm` measures that state")

@@ -11,6 +11,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from loadtune.engine.trial.pagecache import IOCount, family_io
 from loadtune.model.config import DEFAULT_PREFETCH, TrialConfig
 from loadtune.model.trial import Block, Trial
 
@@ -63,6 +64,9 @@ class Pending:
     batches: int = 0
     seconds: float = 0.0
     wait: float = 0.0
+    # what the training process and its loaders' workers had read when the stretch began: a window that
+    # reads from storage (a first epoch) and one that reads from the page cache (a later one) differ
+    io: IOCount | None = field(default_factory=family_io)
 
     def add(self, interval: float, wait: float, samples: int) -> None:
         self.samples += samples
@@ -71,7 +75,10 @@ class Pending:
         self.wait += wait
 
     def block(self) -> Block:
-        return Block(self.samples, self.batches, self.seconds, wait_s=self.wait)
+        now = family_io() if self.io is not None else None
+        read = now - self.io if now is not None else None
+        return Block(self.samples, self.batches, self.seconds, wait_s=self.wait,
+                     storage_bytes=read.storage if read else None, read_bytes=read.read if read else None)
 
 
 @dataclass

@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import psutil
+
 from loadtune.analysis.recommend import snippet
+from loadtune.analysis.storage import tuned_cold
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ScanResult
 from loadtune.model.trial import Trial
@@ -139,11 +142,20 @@ class LiveReport:
             line += f"; about {lost:+.1f} s against the settled config run from the start"
         return line + "."
 
+    def storage_note(self) -> str | None:
+        """Where the pick was judged on a first epoch's reads from storage that later epochs will not make."""
+        rec = self.result.recommendation
+        if rec is None:
+            return None
+        return tuned_cold(self.trials, rec.config, self.result.spec.length, psutil.virtual_memory().available)
+
     def text(self) -> str:
         """The summary logged once when the loader settles."""
         if not self.settled:
             return f"autotune is still tuning: {len(self.trials)} windows measured so far."
         parts = [self.headline(), self.cost_line()]
+        if (note := self.storage_note()) is not None:
+            parts.append(f"Storage: {note}.")
         if self.trials:
             parts += self.table()
         parts.append(self.snippet)
