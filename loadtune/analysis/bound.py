@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 DATASET_CPU = "dataset CPU work"
 IO_WAIT = "I/O wait"
+STORAGE_READ = "storage read (cold)"  # the profile's fetch from storage: a row of the diagnosis, its I/O wait the cap
 COLLATION = "collation"
 HANDOFF = "hand-off between processes"
 MAIN = "main process"

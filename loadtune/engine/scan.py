@@ -407,6 +407,8 @@ def profile_stages(plan: Plan, request: TrialRequest, observer: ScanObserver | N
         return
     costs.max_workers = plan.result.settings.max_workers
     plan.result.stages = costs
+    if request.timing.cache is not None:  # its storage read dropped the files: the scan's state again
+        storage_mod.enter(request.timing.cache)
 
 
 def scan(

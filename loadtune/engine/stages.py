@@ -36,6 +36,7 @@ from loadtune.engine.loaders import start
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.cpu import process_cpu_s, runqueue_s, worker_pids
 from loadtune.engine.trial.harness import run_trial
+from loadtune.engine.trial.pagecache import CacheSetting, drop_read
 from loadtune.engine.trial.setup import LoaderOptions, Timing, TrialFailure, device_sync, make_consumer, make_loader, open_device
 from loadtune.engine.trial.protocol import Kind, TrialRequest, TrialRun
 from loadtune.engine.trial.transfer import move_to, nbytes_of
@@ -178,6 +179,8 @@ def profile(
     if run.threads > 1:  # num_workers=0 fetches with the main process's intra-op threads
         run.fetch_in_main()
     run.fetch_as_worker()
+    if timing.cache is not None:
+        run.fetch_from_storage(timing.cache)
     step_fn = workload.build(device) if workload is not None else spec.step
     run.consumer_stages(step_fn)
     if device.type == "cuda":
@@ -201,6 +204,7 @@ class StageRecorders:
     pin: Recorder = field(default_factory=Recorder)
     copy: Recorder = field(default_factory=Recorder)
     step: Recorder = field(default_factory=Recorder)
+    storage_read: Recorder = field(default_factory=Recorder)
     notes: list[str] = field(default_factory=list)
 
     def costs(self, **run: Any) -> StageCosts:
@@ -292,6 +296,24 @@ class Profiler:
         if cpu_s > 0 and waited > BUSY * cpu_s:
             rec.notes.append(f"other processes kept the fetch waiting for a core ({waited / cpu_s:.0%} of its CPU time): "
                              "CPU costs read high on a busy machine, and the bound with them")
+
+    def fetch_from_storage(self, cache: CacheSetting) -> None:
+        """The fetch again, one thread, with the dataset's files dropped from the page cache first: its
+        wall time per sample is what a sample costs from storage (the next samples of the sampler's
+        order, read nowhere yet in this process). The scan sets its own state again afterwards."""
+        fetch, recorder = self.fetcher.batch, self.rec.storage_read
+        drop_read(cache.files)
+
+        def once() -> None:
+            start, queued = time.perf_counter(), runqueue_s()
+            got = fetch()
+            recorder.add(time.perf_counter() - start - (runqueue_s() - queued), len(got))
+
+        set_threads(1)
+        try:
+            repeat(once, self.st.phase_s / 2, self.deadline)
+        finally:
+            set_threads(self.threads)
 
     def consumer_stages(self, step_fn: Callable[[Any], Any] | None) -> None:
         """The consumer (the copy to the device and ``step``), timed on a batch received from a worker

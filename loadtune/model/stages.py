@@ -72,6 +72,9 @@ class StageCosts:
     pin: StageCost | None = None  # s per batch (CUDA only)
     copy: StageCost | None = None  # s per batch, pinned, non_blocking, synchronised (CUDA only)
     step: StageCost | None = None  # s per batch, on a batch already on the device (CUDA only)
+    # s per sample: the fetch's wall time (one thread, less CPU waits) with the dataset's files dropped
+    # from the page cache first, where the scan knows them: what a sample costs read from storage
+    storage_read: StageCost | None = None
     batch_bytes: int = 0  # bytes of the tensors in one batch
     torch_threads: int = 1  # the main process's intra-op threads
     max_workers: int | None = None  # the most workers the scan could try (the bound's I/O ceiling)
@@ -80,7 +83,7 @@ class StageCosts:
     notes: list[str] = field(default_factory=list)
 
     COSTS = ("fetch_cpu", "fetch_wall", "collate", "fetch_main", "handoff", "receive", "consumer",
-             "consumer_received", "pin", "copy", "step")
+             "consumer_received", "pin", "copy", "step", "storage_read")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -50,6 +50,8 @@ def stage_rows(st) -> list[list | None]:
     return [
         cost_row(bound_mod.DATASET_CPU, st.fetch_cpu, c.fetch_cpu, f"{ms(st.fetch_cpu.mean)} CPU per sample, one thread"),
         cost_row(bound_mod.IO_WAIT, st.fetch_wall, wait, "dataset wall time less CPU (waiting, not computing)"),
+        cost_row(bound_mod.STORAGE_READ, st.storage_read, st.storage_read.mean * st.batch_size if st.storage_read else None,
+                 "dataset wall time, its files dropped from the page cache first"),
         cost_row(bound_mod.COLLATION, st.collate, c.collate, ""),
         cost_row(bound_mod.HANDOFF, st.handoff, c.handoff - c.collate + c.touch,
                  f"worker CPU to collate into shared memory and send{', first touch of its pages' if c.touch else ''}"),
