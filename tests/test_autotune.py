@@ -317,7 +317,9 @@ def test_a_window_warms_up_then_times_blocks():
     assert events == [None, None, None, "warmup"]
     w.warmup, w.block_batches = w.take(), 3
     assert [w.add(0.01, 0.0, 8) for _ in range(3)] == [None, None, "block"]
-    assert w.take() == Block(24, 3, pytest.approx(0.03), wait_s=0.0)
+    block = w.take()
+    assert (block.samples, block.batches, block.seconds, block.wait_s) == (24, 3, pytest.approx(0.03), 0.0)
+    assert block.storage_bytes is not None and block.read_bytes is not None  # what the loop read meanwhile, counted
 
 
 def test_a_dataset_given_with_dataloader_arguments_is_tuned_inside_the_epoch():
