@@ -20,6 +20,10 @@ records and checks the pick with N workers, so that they are in the rounds whate
 reference holds no defaults (as an older reference does), so that the rounds hold the config and the
 calibration only: what the defaults cost in time, and whether a third loader moves the ratio.
 
+``--tolerance`` and ``--budget`` pass check's own flags to every check (default: check's defaults, 10%
+and 180 s): the promises the test suite once asserted on single checks, a 20% slower dataset caught at
+``--tolerance 5%`` and an unchanged one passed within ``--budget 60``, measured as rates.
+
 ``--replay JSON`` scores a saved run's rounds again with today's stopping rule and verdict
 (``analysis.verdict.next_step``), round by round as ``check`` would have met them: a rule that stops
 no later than the one that measured them gives exactly the verdicts it would have given.
@@ -44,7 +48,7 @@ from meta import run_meta
 from saved import read_json, write_json
 
 from loadtune.analysis.verdict import judge, next_step
-from loadtune.engine.check import DEFAULT_BUDGET_S, MAX_ROUNDS
+from loadtune.engine.check import DEFAULT_BUDGET_S, MAX_ROUNDS, parse_tolerance
 from loadtune.model.paired import PairedRound
 
 DEFAULT_ROUNDS = 3  # check's --rounds default
@@ -146,6 +150,8 @@ def main() -> None:
                    "against the same baseline)")
     p.add_argument("--check-workers", type=int, help="record and check the pick with this many workers (PyTorch's "
                    "defaults are then in every round)")
+    p.add_argument("--tolerance", help="check's --tolerance for every check (default: check's own, 10%%)")
+    p.add_argument("--budget", type=float, help="check's --budget for every check, seconds (default: check's own, 180)")
     p.add_argument("--pairs-too", action="store_true", help="check each cell again against the reference without "
                    "PyTorch's defaults (rounds of two loaders), right after")
     p.add_argument("--out", help="the JSON written as the checks end")
@@ -164,7 +170,8 @@ def main() -> None:
         return
     if args.replay:
         saved = read_json(args.replay)
-        replayed = [replay(r, saved["baseline_reference"]["rounds"]) for r in saved["runs"]]
+        limits = {"tolerance": parse_tolerance(saved.get("tolerance") or 0.10), "budget_s": saved.get("budget_s") or DEFAULT_BUDGET_S}
+        replayed = [replay(r, saved["baseline_reference"]["rounds"], **limits) for r in saved["runs"]]
         changed = sum(a["status"] != b["status"] for a, b in zip(saved["runs"], replayed))
         print_table(summarise(replayed))
         print(f"{changed} of {len(replayed)} verdicts differ from the saved run's; "
@@ -194,6 +201,7 @@ def run_checks(args: argparse.Namespace) -> None:
         if scan.returncode != 0:
             sys.exit(f"baseline scan failed:\n{scan.stdout}\n{scan.stderr}")
     knobs = ["--workers", str(args.check_workers)] if args.check_workers is not None else []
+    limits = [*(["--tolerance", args.tolerance] if args.tolerance else []), *(["--budget", str(args.budget)] if args.budget else [])]
     if not args.baseline or other_workers(baseline, args.check_workers):
         recorded = loadtune("check", str(SPEC), "--baseline", str(baseline), "--record", *knobs)  # the reference, as CI records it
         if recorded.returncode != 0:
@@ -207,13 +215,14 @@ def run_checks(args: argparse.Namespace) -> None:
     runs: list[dict] = []
     for i in range(args.runs):
         for (condition, extra), base in itertools.product(cells, baselines):
-            r = one_check(base, tmp / f"check-{len(runs)}.json", condition, extra, knobs)
+            r = one_check(base, tmp / f"check-{len(runs)}.json", condition, extra, knobs + limits)
             runs.append(r)
             change = f"{r['change']:+.1%} ({r['change_low']:+.1%}…{r['change_high']:+.1%})" if r["change"] is not None else "-"
             gain = f"gain {r['gain']:.2f}× ({r['gain_low']:.2f}–{r['gain_high']:.2f})" if r["gain"] else ""
             print(f"{i + 1:3d} {condition:14s} +{extra:<4.0%} {r['loaders']} loaders {r['status']:12s} {change:28s} "
                   f"{r['rounds']} rounds {r['wall_s']:5.1f} s {gain}", flush=True)
-            summary = {"meta": meta, "runs_per_cell": args.runs, "baseline_scan_s": scan_s, "baseline_pick": pick,
+            summary = {"meta": meta, "runs_per_cell": args.runs, "tolerance": args.tolerance, "budget_s": args.budget,
+                       "baseline_scan_s": scan_s, "baseline_pick": pick,
                        "baseline_reference": reference,
                        "cells": summarise(runs), "wall_s": round(time.monotonic() - started, 1), "runs": runs}
             write_json(args.out, summary)  # a cut-off run keeps what it has

@@ -11,14 +11,20 @@ import random
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import psutil
 import pytest
 
+from loadtune.analysis.against import judge_against
+from loadtune.analysis.verdict import judge
 from loadtune.engine.machine import collect
 from loadtune.engine.trial.setup import LoaderOptions, Timing
 from loadtune.engine.trial.protocol import TrialRequest
+from loadtune.model.against import DuetRound
+from loadtune.model.check import INCONCLUSIVE, NO_BASE, NOTHING, PASS, REGRESSION
+from loadtune.model.paired import PairedRound
 from loadtune.model.results import ScanResult, SpecInfo
 from loadtune.model.trial import Block, MemoryUsage, Trial
 from loadtune.model.settings import ScanSettings
@@ -36,6 +42,70 @@ def run_cli(*args, cwd=None, env=None, timeout=300):
     full_env = {**os.environ, "COLUMNS": "200", "PYTHONWARNINGS": "ignore", **(env or {})}
     return subprocess.run([sys.executable, "-m", "loadtune", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, env=full_env, timeout=timeout)
+
+
+# a check's exit code for each verdict (docs/cli.md, "Exit codes") and the heading of its Markdown summary
+CHECK_EXITS = {PASS: 0, NO_BASE: 0, REGRESSION: 1, NOTHING: 3, INCONCLUSIVE: 4}
+CHECK_HEADINGS = {PASS: "✅ pass", REGRESSION: "❌ regression", INCONCLUSIVE: "⚠️ inconclusive", NO_BASE: "➖ nothing to compare"}
+
+
+def verdict_from_rounds(data: dict):
+    """A check's verdict, its reasons and its change as the rules read them from the rounds its JSON records
+    (the baseline's and today's, or both revisions' turns): pure, nothing measured again."""
+    if data["against"]:
+        return judge_against([DuetRound(**r) for r in data["against"]["rounds"]], data["tolerance"], data["min_throughput"])
+    base, now = ([PairedRound(**r) for r in data[key]] for key in ("baseline_rounds", "rounds"))
+    return judge(base, now, data["tolerance"], data["min_throughput"], data["cpu_change"], data["shape"]["unit_readings"])
+
+
+def assert_check_agrees(code: int, data: dict, junit: Path | None = None, summary: str | None = None) -> str:
+    """Whatever verdict this machine's timing gave, what the check said agrees with itself: the exit code is
+    the verdict's, the verdict and its change are what the rules read from the recorded rounds, the JUnit
+    file fails on a regression alone and errors where no verdict came, and the Markdown summary (its text)
+    heads with the verdict. Which verdict a real timing gives is a benchmark's figure, not a test's
+    (benchmarks/RESULTS.md). Returns the verdict."""
+    status = data["status"]
+    assert code == CHECK_EXITS[status], (code, status, data["reasons"])
+    if status != NO_BASE:
+        again, reasons, change = verdict_from_rounds(data)
+        assert again == status and set(reasons) <= set(data["reasons"]), (again, reasons, data["reasons"])
+        assert (change is None) == (data["change"] is None)
+        if change is not None:
+            assert [data["change"], data["change_low"], data["change_high"]] == pytest.approx([change.value, change.low, change.high])
+    if junit is not None:
+        suite = ET.parse(junit).getroot()
+        assert suite.get("failures") == ("1" if status == REGRESSION else "0"), ET.tostring(suite)
+        assert (suite.get("errors") != "0") == (status in (INCONCLUSIVE, NOTHING)), ET.tostring(suite)
+    if summary is not None:
+        assert f"### loadtune check: {CHECK_HEADINGS.get(status, '⚠️ ' + status)}" in summary, summary
+    return status
+
+
+def assert_reference(data: dict, rounds: int = 8):
+    """A scan's saved reference for check, recorded by ``check --record`` or by the scan itself: of the pick,
+    its rounds alternating which loader goes first, with PyTorch's defaults in each unless the pick is them."""
+    reference = data["reference"]
+    assert reference["config"] == data["recommendation"]["config"] and len(reference["rounds"]) == rounds
+    assert [r["config_first"] for r in reference["rounds"]] == [True, False] * (rounds // 2)
+    assert all(r["config_rate"] and r["calibration_rate"] for r in reference["rounds"])
+    assert reference["recorded_at"] and reference["machine"]["usable_cores"] >= 1
+    pick = reference["config"]
+    defaults = None if pick["num_workers"] == 0 and not pick["heap"] else {
+        "batch_size": pick["batch_size"], "num_workers": 0, "pin_memory": False, "prefetch_factor": None,
+        "persistent_workers": False, "transfer": "none", "in_order": True, "start_method": None, "heap": None}
+    assert reference["defaults"] == defaults
+    assert all(bool(r["default_rate"]) == bool(defaults) for r in reference["rounds"])
+
+
+def invoke(*args, env=None):
+    """``loadtune ARGS`` in this process, through typer's test runner: for what the CLI refuses before any work,
+    without the seconds a subprocess spends importing torch (``run_cli`` runs what measures). ``exit_code``,
+    ``stdout`` and ``stderr`` as a subprocess's; an exception the CLI let through is in ``exception``."""
+    from typer.testing import CliRunner
+
+    from loadtune.cli.app import app
+
+    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200", **(env or {})})
 
 
 def quick_request(config, timing=QUICK_TIMING, timeout=60.0):

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import QUICK_TIMING, SPECS, live_group_members, quick_request, run_cli
+from conftest import QUICK_TIMING, SPECS, assert_check_agrees, live_group_members, quick_request, run_cli
 
 from loadtune.analysis.recommend import recommend, snippet
 from loadtune.engine.distributed import layout as distributed
@@ -271,6 +271,7 @@ def test_torchrun_runs_the_scan_once_with_its_ranks_and_check_measures_its_basel
     # can spread so that even 90% is undecided (exit 4: it happened once against a 2-round reference)
     assert check.returncode in (0, 1, 4), check.stderr[-3000:]
     result = json.loads(summary.read_text())
+    assert_check_agrees(check.returncode, result)  # the verdict is the rounds' (back to back, pairs 0)
     assert result["rounds"] and all(r["config_rate"] and r["calibration_rate"] for r in result["rounds"])
     measured = [t for t in result["trials"] if t["ranks"]]
     assert measured and all(len(t["ranks"]) == 2 for t in measured)  # the baseline's 2 ranks, not one loader

@@ -1,14 +1,21 @@
 """The check's verdict as pure functions, on simulated rounds with a machine whose pace drifts and
 jumps (another process switched on and off) on top of each trial's own noise. The error rates are
-asserted by simulation: what the benchmark measures on a real machine, here with known truth."""
+asserted by simulation: what the benchmark measures on a real machine, here with known truth. And on
+the rounds of real checks (``fixtures/recorded/checks.json``, from the benchmarks' runs on the 2-core VM):
+today's rules read each of them as it was read then, so an unchanged dataset passes and a slower one fails
+on real noise, with no process started and nothing timed."""
 
 from __future__ import annotations
 
+import collections
+import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
+from loadtune.analysis.against import judge_against
 from loadtune.engine.check import parse_tolerance
 from loadtune.analysis.verdict import (
     FUTILITY,
@@ -21,6 +28,7 @@ from loadtune.analysis.verdict import (
     side_by_side_gain,
     tamed,
 )
+from loadtune.model.against import DuetRound
 from loadtune.model.check import INCONCLUSIVE, NOTHING, PASS, REGRESSION
 from loadtune.model.paired import PairedRound
 
@@ -346,3 +354,38 @@ def test_a_verdict_beyond_what_the_machine_alone_could_explain_stands_outside_th
         assert status == verdict, (kept, factor, reasons)
         assert any("beyond what that factor alone could explain" in r for r in reasons) == (verdict != INCONCLUSIVE)
         assert any("no verdict" in r for r in reasons) == (verdict == INCONCLUSIVE)
+
+
+RECORDED = json.loads((Path(__file__).parent / "fixtures" / "recorded" / "checks.json").read_text())
+
+
+def recorded_verdicts(key: str, judge_rounds) -> collections.Counter:
+    """Each recorded check of ``key`` read again from its own rounds: (condition, work added, verdict then,
+    verdict now) counted."""
+    counts = collections.Counter()
+    for check in RECORDED[key]:
+        status = judge_rounds(check["rounds"], check["tolerance"])
+        counts[check["condition"], check["extra_work"], check["status"], status] += 1
+    return counts
+
+
+def test_the_rounds_of_real_checks_against_a_baseline_give_the_verdicts_they_gave():
+    """137 checks on the 2-core VM, quiet, beside a busy core and beside a pace that changes every 4 s:
+    every unchanged one a pass, every one with 25% more work per sample a regression (benchmarks/RESULTS.md,
+    "loadtune check", measures these rates; here they are read again from the rounds alone)."""
+    baseline = [PairedRound(*r) for r in RECORDED["baseline"]]
+    counts = recorded_verdicts("checks", lambda rounds, tol: judge(baseline, [PairedRound(*r) for r in rounds], tol)[0])
+    assert all(then == now for _, _, then, now in counts), counts
+    for condition, unchanged in (("quiet", 37), ("one core busy", 20), ("pace changes", 20)):
+        assert counts[condition, 0.0, PASS, PASS] == unchanged and counts[condition, 0.25, REGRESSION, REGRESSION] == 20
+
+
+def test_the_rounds_of_real_checks_against_a_revision_give_the_verdicts_they_gave():
+    """180 checks --against: unchanged 60 of 60 passed; 20% more work at the default tolerance 59 of 60
+    caught (the one missed read -7.6%, its rounds agreeing); 16% more work (a 10% slowdown) at 5% 60 of 60."""
+    counts = recorded_verdicts("against", lambda rounds, tol: judge_against([DuetRound(*r) for r in rounds], tol)[0])
+    assert all(then == now for _, _, then, now in counts), counts
+    by_cell = collections.Counter()
+    for (_, work, _, now), n in counts.items():
+        by_cell[work, now] += n
+    assert by_cell == {(0.0, PASS): 60, (0.2, REGRESSION): 59, (0.2, PASS): 1, (0.16, REGRESSION): 60}
