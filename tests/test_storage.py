@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from conftest import QUICK, SPECS, run_cli
-from loadtune.analysis.storage import COLD_SHARE, data_file, dataset_roots, off_state, run_state, training_state, tuned_cold
+from loadtune.analysis.state import COLD_SHARE, RunState, cache_state, comparable, off_state
+from loadtune.analysis.storage import data_file, dataset_roots, training_state, tuned_cold
 from loadtune.engine.trial import pagecache
 from loadtune.model.storage import COLD, WARM
 from loadtune.model.trial import Block, Trial
@@ -57,13 +58,21 @@ def trial_reading(storage_per_sample: int, samples: int = 100) -> Trial:
 
 def test_a_run_read_cold_where_it_fetched_most_of_a_sample_from_storage():
     sample = 48 * 1024
-    assert run_state(trial_reading(sample), sample) == COLD
-    assert run_state(trial_reading(0), sample) == WARM
-    assert run_state(trial_reading(int(sample * (COLD_SHARE - 0.1))), sample) == "mixed"
-    assert run_state(Trial(TrialConfig(batch_size=25, num_workers=0), "ok", blocks=[Block(100, 4, 0.1)]), sample) is None  # not counted
+    assert cache_state(trial_reading(sample), sample) == COLD
+    assert cache_state(trial_reading(0), sample) == WARM
+    assert cache_state(trial_reading(int(sample * (COLD_SHARE - 0.1))), sample) == "mixed"
+    assert cache_state(Trial(TrialConfig(batch_size=25, num_workers=0), "ok", blocks=[Block(100, 4, 0.1)]), sample) is None  # not counted
     assert off_state(trial_reading(sample), WARM, sample)  # a cold run in a warm scan is never compared with the rest
     assert not off_state(trial_reading(0), WARM, sample)
     assert not off_state(trial_reading(sample // 3), COLD, sample)  # mixed: kept, not a state of its own
+
+
+def test_runs_in_two_page_cache_or_allocator_states_are_not_compared():
+    warm, cold, unknown = RunState(None, WARM, None), RunState(None, COLD, None), RunState(None, None, None)
+    assert comparable(warm, warm) and not comparable(warm, cold)
+    assert comparable(warm, unknown) and comparable(RunState(None, "mixed", None), cold)
+    assert not comparable(RunState(0.02, WARM, None), RunState(0.9, WARM, None))  # heap kept in one, batches fresh in the other
+    assert comparable(RunState(0.95, WARM, None), RunState(1.0, WARM, None))
 
 
 # ---- real files ---------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from loadtune.analysis import state
 from loadtune.model.config import DEFAULT_PREFETCH, HEAP_MIN_BATCH, HEAP_TRIM, TrialConfig, heap_for
 from loadtune.model.results import ConfigResult, ScanResult
 from loadtune.model.trial import MemoryUsage, Trial
@@ -26,15 +27,6 @@ GROWTH_NOISE = 16 * MiB  # growth below this is the sampling's and the allocator
 # 2-core machine for a dataset held in one tensor. Below twice that, growth says nothing about the data.
 COW_PER_WORKER = 40 * MiB
 UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-# Of each batch's bytes, the share a main process that collates its own batches takes fresh from the
-# kernel, above which its allocator hands freed batches back: about 1% in a process that reuses them
-# (the loop's own small allocations), 20-100% in one that does not (benchmarks/RESULTS.md, "Fresh pages")
-FRESH_SHARE = 0.10
-# How much more of a batch one run took fresh than another for the two to be two states of the allocator:
-# a run's blocks agree within a few percent of a batch; glibc giving the samples' pages back after each
-# batch, or keeping them, moved a run by the samples' bytes (96 or 192 MiB per 96 MiB batch,
-# benchmarks/RESULTS.md, "Fresh pages")
-REGIME_SHARE = 0.25
 
 
 def parse_size(text: str | int | float) -> int:
@@ -137,17 +129,16 @@ def fresh_share(config: ConfigResult) -> float | None:
     batch = config.batch
     if config.config.num_workers or batch is None or batch.nbytes <= 0:
         return None
-    shares = [b.faulted_bytes / b.batches / batch.nbytes for t in config.trials if t.ok for b in t.blocks
-              if b.faulted_bytes is not None and b.batches]
-    return statistics.median(shares) if shares else None
+    pooled = Trial(config.config, "ok", blocks=[b for t in config.trials if t.ok for b in t.blocks])
+    return state.fresh_share(pooled, batch.nbytes)
 
 
 def takes_fresh_pages(config: ConfigResult) -> bool:
-    """Its main process faulted in at least ``FRESH_SHARE`` of every batch anew, a batch glibc could map
+    """Its main process faulted in at least ``state.FRESH_SHARE`` of every batch anew, a batch glibc could map
     (``HEAP_MIN_BATCH`` or more): its speed rests on the allocator's state too."""
     share = fresh_share(config)
     big = config.batch is not None and config.batch.nbytes >= HEAP_MIN_BATCH
-    return config.ok and big and share is not None and share >= FRESH_SHARE
+    return config.ok and big and share is not None and share >= state.FRESH_SHARE
 
 
 def run_shares(config: ConfigResult) -> list[float]:
@@ -156,16 +147,11 @@ def run_shares(config: ConfigResult) -> list[float]:
 
 
 def fault_regimes(config: ConfigResult) -> bool:
-    """Its runs took pages in states of its allocator that no knob of the scan set: some took each
-    batch's pages fresh (``FRESH_SHARE`` or more) and others did not (under half that), or all took some
-    fresh, but ``REGIME_SHARE`` of a batch more in some runs than in others (glibc gave the samples'
-    pages back after each batch in some processes and kept them in others)."""
+    """Its runs took pages in two states of its allocator that no knob of the scan set
+    (``analysis.state.allocator_split``), for a batch glibc could map (``HEAP_MIN_BATCH`` or more)."""
     if config.batch is None or config.batch.nbytes < HEAP_MIN_BATCH:
         return False
-    shares = run_shares(config)
-    if not shares or max(shares) < FRESH_SHARE:
-        return False
-    return min(shares) < FRESH_SHARE / 2 or max(shares) - min(shares) >= REGIME_SHARE
+    return state.allocator_split(run_shares(config))
 
 
 def fresh_text(config: ConfigResult) -> str:

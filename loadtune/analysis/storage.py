@@ -16,13 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from loadtune.analysis.race import race_ratio
+from loadtune.analysis.state import COLD_SHARE, MIXED, ReadFigures, cache_state, off_state, read_figures
 from loadtune.model.results import by_config
 from loadtune.model.storage import COLD, WARM
 from loadtune.model.trial import Trial
 
 GiB = 1024**3
-COLD_SHARE = 0.5  # a run that fetched at least this share of the bytes a sample holds from storage read cold
-WARM_SHARE = 0.1  # ...and at most this share: warm; between the two, mixed
 WIDE = 4.0  # a ratio whose interval spans more than this factor (2x either way) is not printed as a number
 FEW_FOLDERS = 8  # files seen in at most this many folders: those folders; more: the folder they share
 SYSTEM_PREFIXES = ("/proc/", "/sys/", "/dev/", "/etc/", "/usr/lib/", "/usr/share/", "/usr/local/lib/", "/lib/", "/lib64/")
@@ -53,41 +52,6 @@ def cache_capacity(available_bytes: int | None, loader_bytes: int | None) -> int
     if available_bytes is None:
         return None
     return max(0, available_bytes - (loader_bytes or 0))
-
-
-@dataclass(frozen=True)
-class ReadFigures:
-    """What a run read, per sample: fetched from storage, and returned by ``read()`` (cached or not)."""
-
-    storage: float
-    read: float
-
-
-def read_figures(trial: Trial) -> ReadFigures | None:
-    """Bytes per sample over the run's timed blocks; None where they were not counted."""
-    blocks = [b for b in trial.blocks if b.storage_bytes is not None]
-    samples = sum(b.samples for b in blocks)
-    if not blocks or not samples:
-        return None
-    return ReadFigures(sum(b.storage_bytes for b in blocks) / samples, sum(b.read_bytes or 0 for b in blocks) / samples)
-
-
-def run_state(trial: Trial, sample_bytes: float | None) -> str | None:
-    """The page-cache state a run read in: ``cold`` where it fetched most of what a sample holds from
-    storage, ``warm`` where next to none, ``mixed`` between; None where nothing was counted or the size of
-    a sample on storage is unknown."""
-    figures = read_figures(trial)
-    if figures is None or not sample_bytes:
-        return None
-    share = figures.storage / sample_bytes
-    return COLD if share >= COLD_SHARE else WARM if share <= WARM_SHARE else "mixed"
-
-
-def off_state(trial: Trial, state: str | None, sample_bytes: float | None) -> bool:
-    """The run read in the other state than the scan set (a warm run of a cold scan: the drop did not
-    hold; a cold run of a warm scan: the cache lost the files meanwhile). Never compared with the rest."""
-    got = run_state(trial, sample_bytes)
-    return state is not None and got is not None and got != "mixed" and got != state
 
 
 def sample_bytes(dataset_bytes: int | None, length: int | None) -> float | None:
@@ -170,14 +134,6 @@ def read_text(figures: ReadFigures | None) -> str | None:
     return f"{kib(figures.storage)} a sample from storage and {kib(cached)} from the page cache"
 
 
-def pooled_figures(trials: list[Trial]) -> ReadFigures | None:
-    blocks = [b for t in trials if t.ok for b in t.blocks if b.storage_bytes is not None]
-    samples = sum(b.samples for b in blocks)
-    if not samples:
-        return None
-    return ReadFigures(sum(b.storage_bytes for b in blocks) / samples, sum(b.read_bytes or 0 for b in blocks) / samples)
-
-
 IN_MEMORY = "the dataset read no file while samples were read"
 
 
@@ -241,7 +197,7 @@ def storage_notes(result) -> list[str]:
     pick = result.config_result(rec.config) if rec else None
     if pick is None or not pick.ok:
         return out
-    text = read_text(pooled_figures(pick.trials))
+    text = read_text(read_figures(pick.trials))
     out[0] += f"; {result.label(rec.config)} read {text}" if text else ""
     out += other_state_notes(result, rec.config, pick.estimate.median)
     per_sample = sample_bytes(storage.files.bytes, result.spec.length)
@@ -249,7 +205,7 @@ def storage_notes(result) -> list[str]:
     if off:
         out.append(f"{', '.join(result.label(c.config) for c in off)} read the dataset in another state than the scan set "
                    "(the cache lost its files, or the drop did not hold): their figures mix the two states")
-    mixed = [c for c in result.configs if storage.state == COLD and any(run_state(t, per_sample) == "mixed" for t in c.trials)]
+    mixed = [c for c in result.configs if storage.state == COLD and any(cache_state(t, per_sample) == MIXED for t in c.trials)]
     if mixed:
         out.append(f"{', '.join(result.label(c.config) for c in mixed)} fetched less than half of a sample's bytes from storage "
                    "in a cold scan: pages stayed cached while they ran (a memory-mapped file's pages that a live process maps are "
@@ -267,7 +223,7 @@ def tuned_cold(trials: list[Trial], config, length: int | None, available: int |
     dataset, at the bytes a sample read, fits in the memory available: later epochs read from the page
     cache, where the best config can differ. None where the windows read from the cache, or the data
     does not fit (later epochs read from storage too)."""
-    figures = pooled_figures([t for t in trials if t.config == config])
+    figures = read_figures([t for t in trials if t.config == config])
     if figures is None or figures.read <= 0 or figures.storage < COLD_SHARE * figures.read or not length or available is None:
         return None
     size = length * figures.read
