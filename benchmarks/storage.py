@@ -10,6 +10,11 @@ plain loops' best in its state; its gain over the defaults within its interval o
 gain; no ``±`` above 100% printed.
 
     python benchmarks/storage.py --rounds 3 --out benchmarks/results/storage_small_files.json.gz
+    python benchmarks/storage.py --rounds 3 --throttle-iops 2000 --out benchmarks/results/storage_small_files_2000iops.json.gz
+
+The warm scan runs twice, with two trial orders (``--seed 0`` and ``1``): the same dataset in the same
+state must give figures within each other's intervals. ``--throttle-iops`` caps the disk's reads a
+second for everything the bench runs (cgroup v1 ``blkio``, as root), so that storage is the bound.
 
 Run alone: nothing else on the machine meanwhile (other reads move the disk's speed most of all).
 """
@@ -17,7 +22,9 @@ Run alone: nothing else on the machine meanwhile (other reads move the disk's sp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -77,11 +84,11 @@ def plain_loops(rounds: int) -> dict[str, dict[str, list[float]]]:
     return got
 
 
-def scan(state: str, out: Path) -> dict:
+def scan(state: str, out: Path, flags: list[str] | None = None) -> dict:
     """A default scan in ``state``: its pick, gain and the widest ± it printed."""
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "loadtune", "scan", str(SPEC), "--batch-size", str(BATCH), "--storage", state,
-                           "--json", str(out)], capture_output=True, text=True, env={**__import__("os").environ, "COLUMNS": "120"})
+                           "--json", str(out), *(flags or [])], capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"})
     wall = time.monotonic() - started
     data = json.loads(out.read_text())
     rec = data["recommendation"]
@@ -111,20 +118,65 @@ def summary(scans: list[dict], loops: dict) -> list[dict]:
     return rows
 
 
+class Throttled:
+    """This process and every process it starts in a cgroup v1 ``blkio`` group whose reads from the disk
+    under ``path`` are capped at ``iops`` a second: a slower disk for the bench, removed afterwards."""
+
+    ROOT = Path("/sys/fs/cgroup/blkio")
+
+    def __init__(self, iops: int, path: Path):
+        self.iops, self.group = iops, self.ROOT / f"loadtune-bench-{os.getpid()}"
+        self.device = disk_of(path)
+
+    def __enter__(self) -> "Throttled":
+        self.group.mkdir()
+        (self.group / "blkio.throttle.read_iops_device").write_text(f"{self.device} {self.iops}\n")
+        (self.group / "cgroup.procs").write_text(str(os.getpid()))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        (self.ROOT / "cgroup.procs").write_text(str(os.getpid()))
+        self.group.rmdir()
+
+
+def disk_of(path: Path) -> str:
+    """The whole disk under ``path`` as MAJOR:MINOR (a partition's parent: blkio throttles whole disks)."""
+    dev = os.stat(path).st_dev
+    major, minor = os.major(dev), os.minor(dev)
+    parent = Path(f"/sys/dev/block/{major}:{minor}/..").resolve() / "dev"
+    return parent.read_text().strip() if parent.exists() and Path(f"/sys/dev/block/{major}:{minor}/partition").exists() else f"{major}:{minor}"
+
+
+def repeat_warm(out: Path) -> dict:
+    """The warm scan again with another trial order (seed 1): its pick's figure must lie within the first's interval."""
+    data = [json.loads(p.read_text()) for p in (out.with_name("loadtune-storage-warm.json"), out)]
+    picks = [next(c for c in d["trials"] if c["config"] == d["recommendation"]["config"] and c["samples_per_s"]) for d in data]
+    return {"picks": [label_of(d["recommendation"]["config"]) for d in data],
+            "medians": [p["samples_per_s"]["median"] for p in picks],
+            "intervals": [[p["samples_per_s"]["low"], p["samples_per_s"]["high"]] for p in picks]}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--throttle-iops", type=int, default=None, help="cap the disk's reads a second (cgroup v1 blkio; root)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "storage_small_files.json.gz")
     args = parser.parse_args(argv)
     meta = run_meta(argv)
     subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(SPEC.parent)!r}); import small_files; small_files.write_files()"],
                    check=True)
-    scans = [scan(state, Path(f"/tmp/loadtune-storage-{state}.json")) for state in ("warm", "cold")]
-    loops = plain_loops(args.rounds)
-    rows = summary(scans, loops)
-    write_json(args.out, {"meta": meta, "scans": scans, "loops": loops, "summary": rows})
+    root = Path(os.environ.get("LOADTUNE_SMALL_FILES_DIR", "/var/tmp/loadtune-small-files"))
+    with Throttled(args.throttle_iops, root) if args.throttle_iops else contextlib.nullcontext():
+        scans = [scan(state, Path(f"/tmp/loadtune-storage-{state}.json")) for state in ("warm", "cold")]
+        scans.append(scan("warm", Path("/tmp/loadtune-storage-warm-seed1.json"), ["--seed", "1"]))
+        loops = plain_loops(args.rounds)
+    rows = summary(scans[:2], loops)
+    again = repeat_warm(Path("/tmp/loadtune-storage-warm-seed1.json"))
+    write_json(args.out, {"meta": meta, "throttle_iops": args.throttle_iops, "scans": scans, "loops": loops, "summary": rows,
+                          "warm_again": again})
     for row in rows:
         print(json.dumps(row))
+    print(json.dumps({"warm_again": again}))
 
 
 if __name__ == "__main__":
