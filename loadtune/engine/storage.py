@@ -27,8 +27,8 @@ from loadtune.engine.trial.transfer import batch_size_of
 from loadtune.model.config import pytorch_default
 from loadtune.model.storage import COLD, WARM, DatasetFiles, StorageState
 
-DISCOVER_S = 1.0  # samples are read for this long at most to see which files the dataset reads...
-DISCOVER_BATCHES = 8  # ...or this many batches (a few hundred samples: enough to see where its files lie)
+DISCOVER_S = 0.5  # samples are read for this long at most to see which files the dataset reads...
+DISCOVER_BATCHES = 4  # ...or this many batches (a hundred samples or more: enough to see where its files lie)
 TRIAL_FILES = "loadtune-trial-"  # the trial's own log and scratch files (``trial.harness``), never the dataset's
 DROP_CHECK_FILES = 64  # files read and dropped to see whether dropping works where the dataset lies
 
