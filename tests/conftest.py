@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -106,6 +107,28 @@ def invoke(*args, env=None):
     from loadtune.cli.app import app
 
     return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200", **(env or {})})
+
+
+@dataclass(frozen=True)
+class SavedScan:
+    """A finished scan run through the CLI: what it printed and the files it wrote, for tests to read only."""
+
+    proc: subprocess.CompletedProcess
+    json: Path
+    html: Path
+
+
+@pytest.fixture(scope="session")
+def tiny_scan(tmp_path_factory) -> SavedScan:
+    """One default scan of ``specs/tiny.py`` (w0 and w2, quick blocks, the race and the stage profile), its JSON
+    and its HTML page written: every test that only reads a finished scan's output shares it rather than
+    scanning again. A test that changes the files works on a copy."""
+    folder = tmp_path_factory.mktemp("tiny-scan")
+    out, html = folder / "result.json", folder / "result.html"
+    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--json", out,
+                   "--html", html, "--device", "cpu", *QUICK)  # the CPU path on any machine (tests/test_cuda.py has the GPU's)
+    assert proc.returncode == 0, proc.stderr
+    return SavedScan(proc, out, html)
 
 
 def quick_request(config, timing=QUICK_TIMING, timeout=60.0):

@@ -368,7 +368,7 @@ def run_check_step(tmp_path, repo):
            "GITHUB_EVENT_NAME": "pull_request", "GITHUB_BASE_REF": "main", "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
     (tmp_path / "github_output").write_text("")
     (tmp_path / "summary.md").write_text("## an earlier step's summary\n")
-    given = {"spec": "dataset.py", "current": "num_workers=0", "args": "--budget 60"}
+    given = {"spec": "dataset.py", "current": "num_workers=0", "args": "--rounds 2 --budget 60"}
     got = run_step(run_steps()[1], given, repo, env, f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     outputs = dict(line.split("=", 1) for line in (tmp_path / "github_output").read_text().splitlines())
     assert outputs["json"] == "loadtune-check.json" and outputs["junit-xml"] == "loadtune-junit.xml", got.stdout + got.stderr

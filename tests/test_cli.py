@@ -7,18 +7,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, QUICK, SPECS, first_trial_saved, flat, interrupt_when, run_cli
+from conftest import FIXTURES, QUICK, SPECS, first_trial_saved, flat, interrupt_when, invoke, run_cli
 
 import loadtune
 from loadtune.model.results import ScanResult
 
 
 @pytest.mark.slow
-def test_scan_end_to_end_table_snippet_and_json(tmp_path):
-    out = tmp_path / "result.json"
-    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--json", out,
-                   "--device", "cpu", *QUICK)  # the CPU path on any machine (tests/test_cuda.py has the GPU's)
-    assert proc.returncode == 0, proc.stderr
+def test_scan_end_to_end_table_snippet_and_json(tiny_scan, tmp_path):
+    proc, out = tiny_scan.proc, tiny_scan.json
     assert "Traceback" not in proc.stdout + proc.stderr
     text = proc.stdout
     assert "w0 bs32" in text and "w2 pf2 bs32" in text  # both trials ranked (batch size from the spec)
@@ -48,7 +45,7 @@ def test_scan_end_to_end_table_snippet_and_json(tmp_path):
     shown = run_cli("show", out)  # rendered again from the file, nothing measured
     assert shown.returncode == 0, shown.stderr
     assert "w0 bs32" in shown.stdout and "w2 pf2 bs32" in shown.stdout and "loader = DataLoader(" in shown.stdout
-    assert run_cli("show", tmp_path / "missing.json").returncode == 2
+    assert invoke("show", tmp_path / "missing.json").exit_code == 2
 
 
 @pytest.mark.slow
@@ -76,35 +73,29 @@ def test_reference_default_config_is_measured_when_grid_lacks_it(tmp_path):
     ],
 )
 @pytest.mark.slow
-def test_invalid_flags_are_refused_before_any_work(tmp_path, args, needle):
-    proc = run_cli("scan", SPECS / "tiny.py", *args, cwd=tmp_path)
-    assert proc.returncode == 2
-    assert needle in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_invalid_flags_are_refused_before_any_work(tmp_path, monkeypatch, args, needle):
+    monkeypatch.chdir(tmp_path)
+    got = invoke("scan", SPECS / "tiny.py", *args)
+    assert got.exit_code == 2 and isinstance(got.exception, SystemExit), (got.output, got.exception)
+    assert needle in got.stderr
     assert not (tmp_path / "loadtune.json").exists()  # refused before a result was started
 
 
 @pytest.mark.slow
-def test_spec_errors_exit_2_naming_file_and_line(tmp_path):
-    missing = run_cli("scan", tmp_path / "nope.py")
-    assert missing.returncode == 2 and "nope.py" in missing.stderr and "no such spec file" in missing.stderr
-
+def test_spec_errors_exit_2_naming_file_and_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --json path: nothing may be written there
     bad = tmp_path / "broken.py"
     bad.write_text("import torch\n\ndef dataset(:\n    pass\n")
-    proc = run_cli("scan", bad)
-    assert proc.returncode == 2 and "broken.py:3" in proc.stderr and "syntax error" in proc.stderr
-
     empty = tmp_path / "empty_ds.py"
     empty.write_text("import torch\nfrom torch.utils.data import TensorDataset\n\ndef dataset():\n    return TensorDataset(torch.zeros(0, 3))\n")
-    proc = run_cli("scan", empty)
-    assert proc.returncode == 2 and "length 0" in proc.stderr
-
     none = tmp_path / "no_dataset.py"
     none.write_text("x = 1\n")
-    proc = run_cli("scan", none)
-    assert proc.returncode == 2 and "defines no 'dataset'" in proc.stderr
-    for p in (missing, proc):
-        assert "Traceback" not in p.stderr
+    for spec, needles in ((tmp_path / "nope.py", ["nope.py", "no such spec file"]), (bad, ["broken.py:3", "syntax error"]),
+                          (empty, ["length 0"]), (none, ["defines no 'dataset'"])):
+        got = invoke("scan", spec)
+        assert got.exit_code == 2 and isinstance(got.exception, SystemExit), (spec, got.output, got.exception)
+        assert all(needle in got.stderr for needle in needles), (needles, got.stderr)
+    assert not (tmp_path / "loadtune.json").exists()
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from loadtune.engine.spec import SpecRef
 from loadtune.engine.trial.faults import diagnose
 from loadtune.engine.trial.harness import run_trial
 from loadtune.model.config import TrialConfig
-from conftest import QUICK, SPECS, first_trial_saved, flat, interrupt_when, quick_request, run_cli
+from conftest import QUICK, SPECS, first_trial_saved, flat, interrupt_when, invoke, quick_request, run_cli
 
 
 def trial(spec, workers, batch_size=8):
@@ -182,8 +182,8 @@ def test_resume_continues_without_rerunning_finished_trials(tmp_path):
 def test_corrupt_results_file_is_refused_for_resume(tmp_path):
     out = tmp_path / "bad.json"
     out.write_text("{not json")
-    proc = run_cli("scan", SPECS / "tiny.py", "--json", out, "--resume")
-    assert proc.returncode == 2 and "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
+    got = invoke("scan", SPECS / "tiny.py", "--json", out, "--resume")
+    assert got.exit_code == 2 and "not valid JSON" in got.stderr and isinstance(got.exception, SystemExit)
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import QUICK, SPECS, run_cli
+from conftest import QUICK, SPECS, invoke, run_cli
 
 from loadtune.analysis.footprint import (copy_on_write, fresh_pages, fresh_share, growth, over_limit, parse_size,
                                         pinned_estimate)
@@ -89,9 +89,10 @@ def test_max_memory_excludes_configs_over_the_limit_from_the_recommendation():
 
 @pytest.mark.parametrize("value", ["lots", "0", "-1G", "8X"])
 @pytest.mark.slow
-def test_bad_max_memory_is_refused_before_any_work(tmp_path, value):
-    proc = run_cli("scan", SPECS / "tiny.py", "--max-memory", value, cwd=tmp_path)
-    assert proc.returncode == 2 and "max-memory" in proc.stderr and "Traceback" not in proc.stderr
+def test_bad_max_memory_is_refused_before_any_work(tmp_path, monkeypatch, value):
+    monkeypatch.chdir(tmp_path)
+    got = invoke("scan", SPECS / "tiny.py", "--max-memory", value)
+    assert got.exit_code == 2 and "max-memory" in got.stderr and isinstance(got.exception, SystemExit)
     assert not (tmp_path / "loadtune.json").exists()
 
 
@@ -99,12 +100,10 @@ FIXED = ["--prefetch", "2", "--no-persistent"]  # worker counts alone vary
 
 
 @pytest.mark.slow
-def test_scan_shows_the_diagnosis_and_the_memory_limit_excludes(tmp_path):
-    out = tmp_path / "r.json"
-    proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--json", out, *FIXED, *QUICK)
-    assert proc.returncode == 0, proc.stderr
+def test_scan_shows_the_diagnosis_and_the_memory_limit_excludes(tiny_scan, tmp_path):
+    proc = tiny_scan.proc  # w0 and w2, prefetch 2, not persistent: worker counts alone vary
     assert "Where the time goes" in proc.stdout and "Bound:" in proc.stdout and "this config " in proc.stdout
-    data = json.loads(out.read_text())
+    data = json.loads(tiny_scan.json.read_text())
     assert data["stages"]["batch_size"] == 32 and data["stages"]["fetch_cpu"]["seconds"]
     assert data["settings"]["max_workers"] == 2
 

@@ -12,7 +12,7 @@ import sys
 from html.parser import HTMLParser
 
 import pytest
-from conftest import FIXTURES, QUICK, SPECS, first_trial_saved, flat, interrupt_when, run_cli
+from conftest import FIXTURES, SPECS, first_trial_saved, flat, interrupt_when, run_cli
 from rich.console import Console
 from test_against import against_result
 from test_ci_output import check_result
@@ -253,13 +253,9 @@ def test_a_path_that_cannot_be_written_is_refused_before_any_work(tmp_path):
 
 
 @pytest.mark.slow
-def test_scan_writes_the_page_at_the_end_and_on_ctrl_c(tmp_path):
-    out, html = tmp_path / "scan.json", tmp_path / "scan.html"
-    args = ["scan", SPECS / "tiny.py", "--workers", "0,1", "--prefetch", "2", "--no-persistent", "--confirm", "0",
-            "--json", out, "--html", html, "-q", *QUICK]
-    proc = run_cli(*args)
-    assert proc.returncode == 0, proc.stderr
-    result = ScanResult.load(out)
+def test_scan_writes_the_page_at_the_end_and_on_ctrl_c(tiny_scan, tmp_path):
+    proc, html = tiny_scan.proc, tiny_scan.html
+    result = ScanResult.load(tiny_scan.json)
     page = Page(html.read_text())
     assert not page.errors and result.label(result.recommendation.config) + " ★" in page.text
     assert flat(loader_code(result)) in page.text and f"Report page written to {html}" in flat(proc.stdout)

@@ -163,11 +163,14 @@ def test_adaptive_reaches_the_grids_best_with_fewer_trials(name, rate):
 
 @pytest.mark.slow
 def test_default_search_runs_fewer_trials_than_the_grid_and_keeps_its_budget(tmp_path):
+    """The grid's size from its plan (a grid scan runs every config it plans: tests/test_ci_output.py's log)."""
+    from loadtune.engine.plan import prepare
+
     common = dict(workers=[0, 1, 2, 4], prefetch=[2, 4], warmup=0.2, block_time=0.1, blocks=3, confirm=0)
-    grid = loadtune.scan(str(SPECS / "tiny.py"), search="grid", **common)
+    grid = prepare(str(SPECS / "tiny.py"), search="grid", **common).strategy.configs
     budget = 8.0
     fast = loadtune.scan(str(SPECS / "tiny.py"), budget=budget, json_path=tmp_path / "b.json", **common)
-    assert len(fast.trials) < len(grid.trials) == 13
+    assert len(fast.trials) < len(grid) == 13
     # no trial starts past the budget: the opening calibration and every trial before the last ran inside it
     assert fast.calibration[0].wall_s + sum(t.wall_s for t in fast.trials[:-1]) < budget
     assert fast.recommendation is not None
