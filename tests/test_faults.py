@@ -157,14 +157,14 @@ def interrupt_after_first_trial(cmd, out, tmp_path):
 def test_resume_continues_without_rerunning_finished_trials(tmp_path):
     out = tmp_path / "resume.json"
     args = ["scan", str(SPECS / "tiny.py"), "--workers", "0,1,2", "--prefetch", "2", "--no-persistent", "--json", str(out), "-q",
-            "--warmup", "0.3", "--block-time", "0.2", "--blocks", "3"]
+            "--warmup", "0.3", "--block-time", "0.2", "--blocks", "3", "--confirm", "0"]  # the search resumed, no race after it
     assert interrupt_after_first_trial([sys.executable, "-m", "loadtune", *args], out, tmp_path) == 130
     before = json.loads(out.read_text())
     assert before["state"] == "interrupted"
     finished = {t["config"]["num_workers"]: t["blocks"] for t in before["trials"]}
 
-    refused = run_cli(*[a if a != "0,1,2" else "0,1" for a in args], "--resume")
-    assert refused.returncode == 2 and "cannot resume" in refused.stderr
+    refused = invoke(*[a if a != "0,1,2" else "0,1" for a in args], "--resume")
+    assert refused.exit_code == 2 and "cannot resume" in refused.stderr
     assert json.loads(out.read_text()) == before  # a refused resume leaves the file alone
 
     proc = run_cli(*args, "--resume")

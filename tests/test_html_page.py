@@ -274,9 +274,10 @@ def test_scan_writes_the_page_at_the_end_and_on_ctrl_c(tiny_scan, tmp_path):
 def test_check_writes_both_sides_of_a_check_against_another_tree(tmp_path):
     """``check --against-dir``: the head and the base timed in turns; the page names both, with the figures the
     terminal printed."""
+    quick = '\nloadtune_options = {"batch_size": 32, "warmup": 0.2, "block_time": 0.1, "blocks": 3}\n'  # the page, not the figures
     for side in ("head", "base"):
         (tmp_path / side).mkdir()
-        (tmp_path / side / "dataset.py").write_text((SPECS / "tiny.py").read_text())
+        (tmp_path / side / "dataset.py").write_text((SPECS / "tiny.py").read_text() + quick)
     html = tmp_path / "check.html"
     proc = run_cli("check", "dataset.py", "--against-dir", tmp_path / "base", "--config", "num_workers=0", "--rounds", "2",
                    "--budget", "10", "--html", html, cwd=tmp_path / "head")
