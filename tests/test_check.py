@@ -64,7 +64,7 @@ def test_what_record_cannot_do_is_refused_before_any_work(baseline, tmp_path):
 
 def test_a_check_says_the_same_in_its_exit_code_json_junit_and_summary(baseline, tmp_path):
     junit, md = tmp_path / "j.xml", tmp_path / "summary.md"
-    proc = run_cli("check", SLOWABLE, "--baseline", baseline, "--rounds", "2", "--tolerance", "50%",
+    proc = run_cli("check", SLOWABLE, "--baseline", baseline, "--rounds", "2", "--tolerance", "50%", "--budget", "30",
                    "--junit-xml", junit, "--markdown", md, "--json", tmp_path / "c.json")
     data = json.loads((tmp_path / "c.json").read_text())
     assert_check_agrees(proc.returncode, data, junit, md.read_text())
@@ -90,7 +90,7 @@ def test_a_config_with_workers_is_checked_beside_pytorchs_defaults(baseline, tmp
     assert flat(recorded.stdout).count("PyTorch's defaults ") >= 3  # the first line and each round's
     reference = json.loads(copy.read_text())["reference"]
     assert reference["config"]["num_workers"] == 1 and reference["defaults"]["num_workers"] == 0
-    proc = run_cli("check", SLOWABLE, "--baseline", copy, "--workers", "1", "--rounds", "2", "--tolerance", "50%",
+    proc = run_cli("check", SLOWABLE, "--baseline", copy, "--workers", "1", "--rounds", "2", "--tolerance", "50%", "--budget", "30",
                    "--json", out, "--junit-xml", junit)
     assert proc.returncode in (0, 1, 4), proc.stdout + proc.stderr
     data = json.loads(out.read_text())
@@ -144,7 +144,7 @@ def test_pyproject_defaults_make_a_bare_check_work(baseline, tmp_path):
     )
     sub = tmp_path / "deeper"
     sub.mkdir()
-    proc = run_cli("check", "--rounds", "2", "--json", tmp_path / "c.json", cwd=sub)  # the nearest pyproject.toml is found upwards
+    proc = run_cli("check", "--rounds", "2", "--budget", "30", "--json", tmp_path / "c.json", cwd=sub)  # the nearest pyproject.toml is found upwards
     data = json.loads((tmp_path / "c.json").read_text())
     assert_check_agrees(proc.returncode, data)
     assert data["tolerance"] == 0.5 and "tolerance 50%" in proc.stdout
