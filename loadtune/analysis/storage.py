@@ -187,8 +187,8 @@ def storage_notes(result) -> list[str]:
     the other state's figures, runs that read in another state, and a state the pick's measured memory
     would overturn."""
     storage, rec = result.storage, result.recommendation
-    if storage is None or (storage.state is None and storage.why.startswith(IN_MEMORY)):
-        return []
+    if storage is None or not result.ok_trials or (storage.state is None and storage.why.startswith(IN_MEMORY)):
+        return []  # held in memory, or nothing measured: the failures say what matters
     if storage.state is None:
         return [f"no page-cache state set: {storage.why}"]
     how = ("from the page cache, read through once first" if storage.state == WARM else

@@ -223,7 +223,7 @@ def other_state(run: Run) -> None:
             if run.observer:
                 run.observer.trial_started(len(result.trials), config, 0)
             storage.other.append(run_trial(run.plan.source, replace(request, config=config), on_event))
-    storage_mod.set_up(storage)
+    storage_mod.enter(storage_mod.setting_of(storage))
     run.save()
 
 

@@ -87,21 +87,32 @@ def excluded_paths(spec_path: str | None) -> list[str]:
     return sorted(p for p in paths if p)
 
 
-def seen_files(source: SpecRef | LoadedSpec, request: TrialRequest, spec_path: str | None) -> list[str]:
-    """The data files a dataset reads, as ``discover_trial`` saw them in a child of its own."""
+def seen_files(source: SpecRef | LoadedSpec, request: TrialRequest, spec_path: str | None) -> tuple[list[str], str | None]:
+    """The data files a dataset reads, as ``discover_trial`` saw them in a child of its own; and why
+    none could be seen, where reading its batches failed (the trials then fail with the dataset's own
+    error)."""
     got: dict[str, list[str]] = {}
     config = replace(pytorch_default(request.config.batch_size, False), start_method=request.config.start_method)
-    run_trial(source, replace(request, config=config, entry=discover_trial, needs_blocks=False, ranks=None),
-              lambda kind, payload: got.__setitem__("files", payload) if kind is Kind.FILES else None)
+    trial = run_trial(source, replace(request, config=config, entry=discover_trial, needs_blocks=False, ranks=None),
+                      lambda kind, payload: got.__setitem__("files", payload) if kind is Kind.FILES else None)
+    if "files" not in got:
+        why = trial.error.message if trial.error else "the reading process reported nothing"
+        return [], f"the files it reads could not be seen: reading a few of its batches failed ({why})"
     excluded = excluded_paths(spec_path)
-    return [p for p in got.get("files", []) if data_file(p, excluded) and not os.path.basename(p).startswith(TRIAL_FILES)]
+    return [p for p in got["files"] if data_file(p, excluded) and not os.path.basename(p).startswith(TRIAL_FILES)], None
 
 
 def dataset_files(data: list[str] | None, source: SpecRef | LoadedSpec, request: TrialRequest,
                   spec_path: str | None) -> tuple[DatasetFiles | None, str | None]:
     """The dataset's files: under ``data`` where named, else as the dataset was seen to read them; or
     None and why none could be told."""
-    roots = Roots(tuple(data), (), True) if data else dataset_roots(seen_files(source, request, spec_path))
+    if data:
+        roots = Roots(tuple(data), (), True)
+    else:
+        seen, failed = seen_files(source, request, spec_path)
+        if failed:
+            return None, failed
+        roots = dataset_roots(seen)
     if not roots.roots:
         return None, roots.why
     files = cached_files(roots.roots, roots.suffixes, roots.recursive)
@@ -129,9 +140,9 @@ def droppable(files: tuple[str, ...]) -> bool | None:
 
 def decide(asked: str, files: DatasetFiles, available: int | None, loader_bytes: int | None) -> StorageState:
     """The state to measure in (as asked, or the one training will be in), checked where it lies."""
-    state, why = training_state(asked, files.bytes, cache_capacity(available, loader_bytes))
-    storage = StorageState(asked, state, why, files, cache_capacity(available, loader_bytes))
-    return storage
+    capacity = cache_capacity(available, loader_bytes)
+    state, why = training_state(asked, files.bytes, capacity)
+    return StorageState(asked, state, why, files, capacity)
 
 
 def set_up(storage: StorageState) -> StorageState:
