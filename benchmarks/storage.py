@@ -10,7 +10,8 @@ plain loops' best in its state; its gain over the defaults within its interval o
 gain; no ``±`` above 100% printed.
 
     python benchmarks/storage.py --rounds 3 --out benchmarks/results/storage_small_files.json.gz
-    python benchmarks/storage.py --rounds 3 --throttle-iops 2000 --out benchmarks/results/storage_small_files_2000iops.json.gz
+    python benchmarks/storage.py --rounds 2 --throttle-iops 3000 --out benchmarks/results/storage_small_files_3000iops.json.gz
+    python benchmarks/storage.py --archetype tar_shards --rounds 3 --out benchmarks/results/storage_tar_shards.json.gz
 
 The warm scan runs twice, with two trial orders (``--seed 0`` and ``1``): the same dataset in the same
 state must give figures within each other's intervals. ``--throttle-iops`` caps the disk's reads a
@@ -35,7 +36,7 @@ from pathlib import Path
 from meta import REPO, run_meta
 from saved import write_json
 
-SPEC = REPO / "benchmarks" / "archetypes" / "small_files.py"
+ARCHETYPES = REPO / "benchmarks" / "archetypes"
 CONFIGS = {  # label -> DataLoader arguments, as the scan labels them
     "w0": {"num_workers": 0},
     "w2 pf2": {"num_workers": 2, "prefetch_factor": 2},
@@ -46,14 +47,14 @@ BATCH = 32
 
 LOOP = """
 import importlib.util, json, os, sys, time
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 spec = importlib.util.spec_from_file_location("user_spec", sys.argv[1]); mod = importlib.util.module_from_spec(spec)
 sys.modules["user_spec"] = mod; spec.loader.exec_module(mod)
 ds = mod.dataset()
 if sys.argv[3] == "cold":
-    for p in ds.paths:
+    for p in getattr(ds, "paths", None) or [ds.path]:
         fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
-loader = DataLoader(ds, shuffle=True, batch_size=int(sys.argv[4]), **json.loads(sys.argv[2]))
+loader = DataLoader(ds, shuffle=not isinstance(ds, IterableDataset), batch_size=int(sys.argv[4]), **json.loads(sys.argv[2]))
 warm, samples, t0 = 2 * max(1, loader.num_workers), 0, None
 for i, batch in enumerate(loader):  # one epoch at most: no sample read twice
     if i == warm:
@@ -64,30 +65,30 @@ print(samples / (time.perf_counter() - t0))
 """
 
 
-def plain_loop(label: str, state: str) -> float:
-    out = subprocess.run([sys.executable, "-c", LOOP, str(SPEC), json.dumps(CONFIGS[label]), state, str(BATCH)],
+def plain_loop(spec: Path, label: str, state: str) -> float:
+    out = subprocess.run([sys.executable, "-c", LOOP, str(spec), json.dumps(CONFIGS[label]), state, str(BATCH)],
                          capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def plain_loops(rounds: int) -> dict[str, dict[str, list[float]]]:
+def plain_loops(spec: Path, rounds: int) -> dict[str, dict[str, list[float]]]:
     """Every config in both states, interleaved: round by round, each state, each config."""
     got: dict[str, dict[str, list[float]]] = {s: {c: [] for c in CONFIGS} for s in ("warm", "cold")}
     for r in range(rounds):
         for state in ("warm", "cold"):
             labels = list(CONFIGS) if r % 2 == 0 else list(reversed(CONFIGS))
             if state == "warm":  # the files in the page cache before the warm runs
-                plain_loop("w0", "warm")
+                plain_loop(spec, "w0", "warm")
             for label in labels:
-                got[state][label].append(plain_loop(label, state))
+                got[state][label].append(plain_loop(spec, label, state))
                 print(f"round {r + 1} {state} {label}: {got[state][label][-1]:,.0f} samples/s", file=sys.stderr)
     return got
 
 
-def scan(state: str, out: Path, flags: list[str] | None = None) -> dict:
+def scan(spec: Path, state: str, out: Path, flags: list[str] | None = None) -> dict:
     """A default scan in ``state``: its pick, gain and the widest ± it printed."""
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "loadtune", "scan", str(SPEC), "--batch-size", str(BATCH), "--storage", state,
+    proc = subprocess.run([sys.executable, "-m", "loadtune", "scan", str(spec), "--batch-size", str(BATCH), "--storage", state,
                            "--json", str(out), *(flags or [])], capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"})
     wall = time.monotonic() - started
     data = json.loads(out.read_text())
@@ -159,17 +160,19 @@ def repeat_warm(out: Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--archetype", default="small_files", help="small_files, tar_shards or memmap_array (benchmarks/archetypes)")
     parser.add_argument("--throttle-iops", type=int, default=None, help="cap the disk's reads a second (cgroup v1 blkio; root)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "storage_small_files.json.gz")
     args = parser.parse_args(argv)
     meta = run_meta(argv)
-    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(SPEC.parent)!r}); import small_files; small_files.write_files()"],
-                   check=True)
-    root = Path(os.environ.get("LOADTUNE_SMALL_FILES_DIR", "/var/tmp/loadtune-small-files"))
+    spec = ARCHETYPES / f"{args.archetype}.py"
+    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ARCHETYPES)!r}); import {args.archetype}; "
+                    f"{args.archetype}.dataset()"], check=True)  # its files written once, before anything is timed
+    root = Path("/var/tmp")
     with Throttled(args.throttle_iops, root) if args.throttle_iops else contextlib.nullcontext():
-        scans = [scan(state, Path(f"/tmp/loadtune-storage-{state}.json")) for state in ("warm", "cold")]
-        scans.append(scan("warm", Path("/tmp/loadtune-storage-warm-seed1.json"), ["--seed", "1"]))
-        loops = plain_loops(args.rounds)
+        scans = [scan(spec, state, Path(f"/tmp/loadtune-storage-{state}.json")) for state in ("warm", "cold")]
+        scans.append(scan(spec, "warm", Path("/tmp/loadtune-storage-warm-seed1.json"), ["--seed", "1"]))
+        loops = plain_loops(spec, args.rounds)
     rows = summary(scans[:2], loops)
     again = repeat_warm(Path("/tmp/loadtune-storage-warm-seed1.json"))
     write_json(args.out, {"meta": meta, "throttle_iops": args.throttle_iops, "scans": scans, "loops": loops, "summary": rows,
