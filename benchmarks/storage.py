@@ -148,13 +148,20 @@ def disk_of(path: Path) -> str:
     return parent.read_text().strip() if parent.exists() and Path(f"/sys/dev/block/{major}:{minor}/partition").exists() else f"{major}:{minor}"
 
 
-def repeat_warm(out: Path) -> dict:
-    """The warm scan again with another trial order (seed 1): its pick's figure must lie within the first's interval."""
-    data = [json.loads(p.read_text()) for p in (out.with_name("loadtune-storage-warm.json"), out)]
-    picks = [next(c for c in d["trials"] if c["config"] == d["recommendation"]["config"] and c["samples_per_s"]) for d in data]
-    return {"picks": [label_of(d["recommendation"]["config"]) for d in data],
-            "medians": [p["samples_per_s"]["median"] for p in picks],
-            "intervals": [[p["samples_per_s"]["low"], p["samples_per_s"]["high"]] for p in picks]}
+def printed_pick(stdout: str) -> tuple[float, float] | None:
+    """The pick's samples/s and its ± for a long run as the recommendation panel prints them."""
+    found = re.search(r"([\d,]+) samples/s ±([\d.]+)%", stdout[stdout.find("Recommendation"):])
+    return (float(found.group(1).replace(",", "")), float(found.group(2)) / 100) if found else None
+
+
+def repeat_warm(scans: list[dict]) -> dict:
+    """The warm scan in two trial orders (seeds 0 and 1): each pick's printed figure must lie within the
+    other's printed interval."""
+    printed = [printed_pick(s["stdout"]) for s in scans]
+    within = all(p is not None for p in printed) and all(
+        abs(a[0] - b[0]) <= a[1] * a[0] for a, b in (printed, printed[::-1]))
+    return {"picks": [label_of(s["pick"]) + (" heap" if s["pick"].get("heap") else "") for s in scans],
+            "printed": printed, "each_within_the_other": within}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -174,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         scans.append(scan(spec, "warm", Path("/tmp/loadtune-storage-warm-seed1.json"), ["--seed", "1"]))
         loops = plain_loops(spec, args.rounds)
     rows = summary(scans[:2], loops)
-    again = repeat_warm(Path("/tmp/loadtune-storage-warm-seed1.json"))
+    again = repeat_warm([scans[0], scans[2]])
     write_json(args.out, {"meta": meta, "throttle_iops": args.throttle_iops, "scans": scans, "loops": loops, "summary": rows,
                           "warm_again": again})
     for row in rows:
