@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from loadtune.analysis.race import race_ratio
 from loadtune.analysis.state import COLD_SHARE, MIXED, ReadFigures, cache_state, off_state, read_figures
-from loadtune.model.results import by_config
+from loadtune.model.config import TrialConfig
+from loadtune.model.results import ScanResult, by_config
 from loadtune.model.storage import COLD, WARM
 from loadtune.model.trial import Trial
 
@@ -109,7 +110,7 @@ def dataset_roots(seen: Iterable[str]) -> Roots:
 # ---- what the report says --------------------------------------------------------------------------
 
 
-def contrast_configs(result) -> list:
+def contrast_configs(result: ScanResult) -> list[TrialConfig]:
     """The configs timed in the other state: the pick, PyTorch's defaults, and the fastest config with
     the most workers measured (waiting on storage, more workers can win cold), at the pick's batch size."""
     rec = result.recommendation
@@ -141,7 +142,7 @@ def rate_text(rate: float) -> str:
     return f"{rate:,.0f} samples/s"
 
 
-def other_state_notes(result, pick, pick_rate: float) -> list[str]:
+def other_state_notes(result: ScanResult, pick: TrialConfig, pick_rate: float) -> list[str]:
     """What the configs timed in the other state gave: the pick's speed there (the first epoch's
     length, or what RAM would give) and which of them ran fastest there, side by side where they raced
     (a ratio with its interval, ``analysis.race.race_ratio``), else alone once each (said so)."""
@@ -182,7 +183,7 @@ def other_state_notes(result, pick, pick_rate: float) -> list[str]:
     return out
 
 
-def storage_notes(result) -> list[str]:
+def storage_notes(result: ScanResult) -> list[str]:
     """The report's lines on the page cache: the state measured and why, what the pick read per sample,
     the other state's figures, runs that read in another state, and a state the pick's measured memory
     would overturn."""
@@ -218,7 +219,7 @@ def storage_notes(result) -> list[str]:
     return out
 
 
-def tuned_cold(trials: list[Trial], config, length: int | None, available: int | None) -> str | None:
+def tuned_cold(trials: list[Trial], config: TrialConfig, length: int | None, available: int | None) -> str | None:
     """autotune's note where the pick was judged on reads from storage (a first epoch) while the
     dataset, at the bytes a sample read, fits in the memory available: later epochs read from the page
     cache, where the best config can differ. None where the windows read from the cache, or the data
