@@ -23,7 +23,7 @@ from loadtune.model.storage import COLD, WARM
 from loadtune.model.trial import Trial
 
 GiB = 1024**3
-WIDE = 4.0  # a ratio whose interval spans more than this factor (2x either way) is not printed as a number
+UNPRINTED_SPAN = 4.0  # a ratio whose interval spans more than this factor (2x either way) is not printed as a number
 FEW_FOLDERS = 8  # files seen in at most this many folders: those folders; more: the folder they share
 SYSTEM_PREFIXES = ("/proc/", "/sys/", "/dev/", "/etc/", "/usr/lib/", "/usr/share/", "/usr/local/lib/", "/lib/", "/lib64/")
 CODE_SUFFIXES = (".py", ".pyc", ".so", ".pth", ".json.lock")
@@ -169,9 +169,9 @@ def other_state_notes(result: ScanResult, pick: TrialConfig, pick_rate: float) -
         return out
     other = storage.other_state
     ratio = race_ratio(storage.other, best.config, pick) if raced else None
-    if ratio is not None and ratio.high / ratio.low > WIDE:
+    if ratio is not None and ratio.high / ratio.low > UNPRINTED_SPAN:
         out.append(f"from {'storage' if other == COLD else 'the page cache'} the legs could not tell {result.label(best.config)} "
-                   f"from the pick (their turns read over {WIDE:g}× apart): run the scan with --storage {other} to decide for that state")
+                   f"from the pick (their turns read over {UNPRINTED_SPAN:g}× apart): run the scan with --storage {other} to decide for that state")
     elif ratio is not None:
         floor = result.settings.options.noise_floor
         verdict = "faster there beyond the noise" if ratio.low > 1 + floor else "not told apart from it there in these legs"

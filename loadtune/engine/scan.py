@@ -183,7 +183,7 @@ def storage_set(plan: Plan) -> None:
         request = requests_of(plan)(pytorch_default(batch_size, False))
         files, why = storage_mod.dataset_files(opts.data, plan.source, request, result.spec.path)
         result.storage = (StorageState(opts.storage, None, why) if files is None else
-                          storage_mod.decide(opts.storage, files, plan.machine.memory_available_bytes, None))
+                          storage_mod.decide(opts.storage, files, plan.machine.memory_available_bytes))
     storage_mod.set_up(result.storage)
 
 

@@ -138,9 +138,10 @@ def droppable(files: tuple[str, ...]) -> bool | None:
     return judged_droppable(resident_share(sample), asked)
 
 
-def decide(asked: str, files: DatasetFiles, available: int | None, loader_bytes: int | None) -> StorageState:
-    """The state to measure in (as asked, or the one training will be in), checked where it lies."""
-    capacity = cache_capacity(available, loader_bytes)
+def decide(asked: str, files: DatasetFiles, available: int | None) -> StorageState:
+    """The state to measure in (as asked, or the one training will be in) before any trial: the loader's
+    own peak is not known yet (``analysis.storage.storage_notes`` checks the decision against it after)."""
+    capacity = cache_capacity(available, None)
     state, why = training_state(asked, files.bytes, capacity)
     return StorageState(asked, state, why, files, capacity)
 
