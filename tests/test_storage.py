@@ -27,7 +27,7 @@ GiB = 1024**3
 def test_a_dataset_that_fits_in_the_page_cache_is_read_warm_one_larger_cold():
     assert training_state("auto", 5 * GiB, 20 * GiB)[0] == WARM
     state, why = training_state("auto", 30 * GiB, 20 * GiB)
-    assert state == COLD and "exceed" in why
+    assert state == COLD and "exceed" in why and "67% of them" in why  # the share the cache can hold
     assert training_state("cold", 1 * GiB, 20 * GiB)[0] == COLD  # as asked, whatever the sizes
     assert training_state("warm", 30 * GiB, 20 * GiB)[0] == WARM
 
@@ -174,3 +174,15 @@ def test_where_dropping_has_no_effect_a_cold_scan_measures_warm_and_says_so(fold
     monkeypatch.setattr(storage_mod, "droppable", lambda files: False)
     state = storage_mod.set_up(StorageState("cold", "cold", "as asked", files, 20 * GiB))
     assert state.state == WARM and state.droppable is False and "no cold state can be set" in state.why
+
+
+@pytest.mark.slow
+def test_a_check_against_a_revision_without_a_baseline_reads_in_one_state(folder):
+    """Both sides' request carries the state a scan would set: here warm (400 small files fit), over the
+    folder the dataset was seen to read."""
+    from loadtune.engine.against import side_request
+    from loadtune.engine.spec import load_spec
+
+    request = side_request(None, load_spec(str(SPECS / "files.py")), {"num_workers": 0}, {})
+    cache = request.timing.cache
+    assert cache is not None and cache.state == WARM and cache.roots == (str(folder),)

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from loadtune.analysis.race import race_ratio
+from loadtune.analysis.race import race_ratio, raced_configs
 from loadtune.analysis.state import COLD_SHARE, MIXED, ReadFigures, cache_state, off_state, read_figures
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ScanResult, by_config
@@ -23,6 +23,7 @@ from loadtune.model.storage import COLD, WARM
 from loadtune.model.trial import Trial
 
 GiB = 1024**3
+OTHER_RACERS = 4  # configs raced in the other page-cache state, at most
 UNPRINTED_SPAN = 4.0  # a ratio whose interval spans more than this factor (2x either way) is not printed as a number
 FEW_FOLDERS = 8  # files seen in at most this many folders: those folders; more: the folder they share
 SYSTEM_PREFIXES = ("/proc/", "/sys/", "/dev/", "/etc/", "/usr/lib/", "/usr/share/", "/usr/local/lib/", "/lib/", "/lib64/")
@@ -44,8 +45,9 @@ def training_state(asked: str, dataset_bytes: int, cache_bytes: int | None) -> t
     if dataset_bytes <= cache_bytes:
         return WARM, (f"the dataset's {size} fit in the page cache ({gib(cache_bytes)} free beside the job): training "
                       "reads it from memory from its second epoch on")
-    return COLD, (f"the dataset's {size} exceed what the page cache can hold beside the job ({gib(cache_bytes)}): "
-                  "training reads it from storage every epoch")
+    return COLD, (f"the dataset's {size} exceed what the page cache can hold beside the job ({gib(cache_bytes)}, "
+                  f"{cache_bytes / dataset_bytes:.0%} of them): training reads it from storage every epoch, an LRU cache "
+                  "thrashing on a scan of more than it holds")
 
 
 def cache_capacity(available_bytes: int | None, loader_bytes: int | None) -> int | None:
@@ -111,14 +113,15 @@ def dataset_roots(seen: Iterable[str]) -> Roots:
 
 
 def contrast_configs(result: ScanResult) -> list[TrialConfig]:
-    """The configs timed in the other state: the pick, PyTorch's defaults, and the fastest config with
-    the most workers measured (waiting on storage, more workers can win cold), at the pick's batch size."""
+    """The configs timed in the other state: the pick, PyTorch's defaults, the fastest config with the
+    most workers measured (waiting on storage, more workers can win cold), at the pick's batch size,
+    and the race's other contenders, ``OTHER_RACERS`` at most (their loaders all live at once)."""
     rec = result.recommendation
     ok = [c for c in result.configs if c.ok and c.config.batch_size == rec.config.batch_size and not c.config.heap]
     most = max((c.config.num_workers for c in ok), default=0)
     widest = max((c for c in ok if c.config.num_workers == most), key=lambda c: c.estimate.median, default=None)
-    chosen = [rec.config, rec.baseline, widest.config if widest else None]
-    return list(dict.fromkeys(c for c in chosen if c is not None))
+    chosen = [rec.config, rec.baseline, widest.config if widest else None, *raced_configs(result.trials)]
+    return list(dict.fromkeys(c for c in chosen if c is not None))[:OTHER_RACERS]
 
 
 def kib(n: float) -> str:

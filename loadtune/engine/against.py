@@ -32,6 +32,7 @@ from loadtune.engine.options import pick_device, resolve_options
 from loadtune.engine.plan import DEFAULT_BATCH_SIZE
 from loadtune.engine.revision import Tree, checked_out, given_tree, head_tree, relative_spec, resolve_ref, spec_at
 from loadtune.engine.spec import LoadedSpec, SpecRef, load_spec
+from loadtune.engine.storage import found_and_set, setting_of
 from loadtune.engine.trial.duet import BASE, HEAD, Checkout, Origins, SideEntry, run_in_turns, turns
 from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.engine.trial.paired import pairs_for
@@ -92,7 +93,11 @@ def side_request(baseline: ScanResult | None, spec: LoadedSpec, knobs: dict, opt
     config = knob_config(spec, opts, knobs, device.startswith("cuda"))
     work = calibrated_step(opts.step_ms, device, spec.ref) if opts.step_ms is not None else None
     loader = LoaderOptions(shuffle=opts.shuffle, drop_last=opts.drop_last, seed=opts.seed)
-    return TrialRequest(config, device, scan_timing(opts), loader, opts.timeout, machine.start_method, workload=work)
+    request = TrialRequest(config, device, scan_timing(opts), loader, opts.timeout, machine.start_method, workload=work)
+    # both sides read the dataset in one page-cache state, as a scan's configs do (the head's spec finds its files)
+    storage = found_and_set(opts.storage, opts.data, spec.ref or spec, request, spec.ref.path if spec.ref else None,
+                            machine.memory_available_bytes)
+    return replace(request, timing=replace(request.timing, cache=setting_of(storage)))
 
 
 def sides(spec: SpecRef, relative: Path, head: Tree, base: Tree, request: TrialRequest) -> dict[str, tuple[SpecRef, TrialRequest]]:

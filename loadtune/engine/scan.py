@@ -37,7 +37,7 @@ from loadtune.model.results import ScanResult
 from loadtune.model.scanfile import check_writable
 from loadtune.model.trial import Trial
 from loadtune.model.settings import ScanOptions
-from loadtune.model.storage import COLD, StorageState
+from loadtune.model.storage import COLD
 from loadtune.search.race import challenger, entrants, memory_need, race_memory_limit
 
 OTHER_LEGS = 2  # legs raced in the other page-cache state: two processes each, so the ratio shows their spread
@@ -178,13 +178,13 @@ def storage_set(plan: Plan) -> None:
     result, opts = plan.result, plan.options
     if opts.storage == "none":
         return
-    if result.storage is None:
-        batch_size = (opts.batch_size or [plan.spec.batch_size or DEFAULT_BATCH_SIZE])[0]
-        request = requests_of(plan)(pytorch_default(batch_size, False))
-        files, why = storage_mod.dataset_files(opts.data, plan.source, request, result.spec.path)
-        result.storage = (StorageState(opts.storage, None, why) if files is None else
-                          storage_mod.decide(opts.storage, files, plan.machine.memory_available_bytes))
-    storage_mod.set_up(result.storage)
+    if result.storage is not None:  # resumed: its own state, set again
+        storage_mod.set_up(result.storage)
+        return
+    batch_size = (opts.batch_size or [plan.spec.batch_size or DEFAULT_BATCH_SIZE])[0]
+    request = requests_of(plan)(pytorch_default(batch_size, False))
+    result.storage = storage_mod.found_and_set(opts.storage, opts.data, plan.source, request, result.spec.path,
+                                               plan.machine.memory_available_bytes)
 
 
 def other_state(run: Run) -> None:

@@ -146,6 +146,14 @@ def decide(asked: str, files: DatasetFiles, available: int | None) -> StorageSta
     return StorageState(asked, state, why, files, capacity)
 
 
+def found_and_set(asked: str, data: list[str] | None, source: SpecRef | LoadedSpec, request: TrialRequest,
+                  spec_path: str | None, available: int | None) -> StorageState:
+    """The dataset's files found (``dataset_files``), the state decided (``decide``) and set (``set_up``):
+    what a scan, and a check against a revision without a baseline, do before their first trial."""
+    files, why = dataset_files(data, source, request, spec_path)
+    return set_up(StorageState(asked, None, why) if files is None else decide(asked, files, available))
+
+
 def set_up(storage: StorageState) -> StorageState:
     """Put the files in the state decided, before the first trial: warm, read through once (where they
     fit: a dataset larger than the cache cannot be held warm, and is measured as it comes, with a note);
