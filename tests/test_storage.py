@@ -179,10 +179,11 @@ def test_where_dropping_has_no_effect_a_cold_scan_measures_warm_and_says_so(fold
 @pytest.mark.slow
 def test_a_check_against_a_revision_without_a_baseline_reads_in_one_state(folder):
     """Both sides' request carries the state a scan would set: here warm (400 small files fit), over the
-    folder the dataset was seen to read."""
+    folder named (``--data``: a trial process started from a fork server launched earlier in the session
+    would not see this test's environment, and finding the files by reading some reads it there)."""
     from loadtune.engine.against import side_request
     from loadtune.engine.spec import load_spec
 
-    request = side_request(None, load_spec(str(SPECS / "files.py")), {"num_workers": 0}, {})
+    request = side_request(None, load_spec(str(SPECS / "files.py")), {"num_workers": 0}, {"data": [str(folder)]})
     cache = request.timing.cache
     assert cache is not None and cache.state == WARM and cache.roots == (str(folder),)
