@@ -107,6 +107,30 @@ def test_dropped_files_leave_the_page_cache_and_a_read_through_brings_them_back(
     assert (pagecache.io_of() - before).storage < 0.05 * 400 * files_spec.FILE_BYTES  # from the cache
 
 
+def test_a_file_this_process_maps_is_dropped_only_once_its_mapping_is_released(folder):
+    """The kernel keeps a mapped page through DONTNEED: a memory-mapped dataset stays cached until the
+    process that reads it forgets its page-table entries, and the mapping still reads the same bytes."""
+    import mmap
+
+    files = pagecache.files_under([str(folder)])
+    if not droppable_here(files):
+        pytest.skip("dropping pages has no effect on this filesystem")
+    path = files[0]
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        first = mapped[:]  # every page faulted in: mapped by this process
+        pagecache.drop([path])
+        assert pagecache.resident_share([path]) > 0.9  # kept: a live mapping holds it
+        assert pagecache.release_mappings((path,)) >= files_spec.FILE_BYTES
+        pagecache.drop([path])
+        assert pagecache.resident_share([path]) < 0.1
+        assert mapped[:] == first  # still valid: read again from the file
+    finally:
+        mapped.close()
+    assert pagecache.release_mappings((path,)) == 0  # nothing maps it now
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("state", [COLD, WARM])
 def test_a_scan_reads_every_trial_in_the_state_it_set(folder, tmp_path, state):

@@ -123,6 +123,8 @@ class SideEntry:
             if frozen:
                 return frozen_turn(meter, config, block_s, deadline)
             block = timed_turn(meter, config, block_s, deadline)
+            if timing.cache is not None:  # untimed: the parent drops the files before the next turn
+                timing.cache.release()
             cap = SETTLE_BLOCKS * max(block_s, block.seconds)
             settle_workers(meter, min(deadline, time.perf_counter() + cap))  # before the next side's block
             return block

@@ -232,6 +232,7 @@ class Meter:
         """Drop the files between two epochs, where no worker is busy (the next epoch has not been asked
         for); returns how long it took, which the block does not count."""
         began = time.perf_counter()
+        self.cache.release()
         self.cache.before_run()
         return time.perf_counter() - began
 
