@@ -321,8 +321,13 @@ def test_persistent_saving_inside_the_noise_is_none_of_it():
     assert persistent_saving(by_config([trial(cfg(2, persist=True), NOISY)]), cfg(2, persist=True), 800) is None
 
 
-@pytest.mark.parametrize("low, high, said", [(1.05, 1.30, "win: 1.20×"), (0.82, 2.42, "cannot be told apart from 1.20×")])
-def test_defaults_that_are_the_pick_win_only_where_the_interval_clears_a_tie(low, high, said):
+@pytest.mark.parametrize("low, high, raced, tied, said", [
+    (1.05, 1.30, True, False, "win: 1.20×"),
+    (0.82, 2.42, True, False, "are undecided against 1.20×"),  # the race's leader, no tie: not "the cheapest"
+    (0.82, 2.42, True, True, "cannot be told apart from 1.20×"),
+    (0.82, 2.42, False, False, "cannot be told apart from 1.20×"),  # closing rounds: nothing beats them clearly
+])
+def test_defaults_that_are_the_pick_win_only_where_the_interval_clears_a_tie(low, high, raced, tied, said):
     import dataclasses
     import json
 
@@ -334,7 +339,10 @@ def test_defaults_that_are_the_pick_win_only_where_the_interval_clears_a_tie(low
 
     result = ScanResult.from_dict(json.loads((FIXTURES / "tiny_scan.json").read_text()))  # its pick: PyTorch's defaults
     rival = next(c.config for c in result.configs if c.config.num_workers == 2)
-    rec = dataclasses.replace(result.recommendation, versus=Versus(rival, 1.2, low, high, pairs=9))
+    versus = Versus(rival, 1.2, low, high, pairs=9) if raced else Versus(rival, 1.2, low, high, rounds=3)
+    rec = dataclasses.replace(result.recommendation, versus=versus,
+                              tied=[*result.recommendation.tied, *([rival] if tied else [])])
     text = gain_text(result, rec, run_noise(result.configs))
     assert said in text and f"95% interval {low:.2f}×–{high:.2f}×" in text
     assert ("win" in text) == (low > 1)  # a tie is never called a win
+    assert ("cheapest" in text) == (low <= 1 and (tied or not raced))  # nor an undecided race the cheapest's

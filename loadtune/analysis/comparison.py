@@ -16,8 +16,9 @@ observations for an interval of its own), and a ``reference`` sample (a baseline
 ratio into a change against it, with Welch's interval (each session its own spread).
 
 The verdicts read the printed 95% interval against a threshold: against a noise floor for the race
-(slower, tied, undecided) and against a tolerance for the checks (regression, pass, inconclusive), so
-no verdict is printed beside an interval that denies it.
+(slower, tied: the whole interval within the floor either side of 1, undecided) and against a
+tolerance for the checks (regression, pass, inconclusive), so no verdict is printed beside an interval
+that denies it.
 """
 
 from __future__ import annotations
@@ -68,12 +69,17 @@ class Comparison:
 
     def against_floor(self, floor: float) -> str:
         """``a`` against ``b`` (the leader) with a noise floor: slower (the whole 95% interval below
-        ``1 - floor``), tied (the whole interval at or above it: it cannot be more than the floor
-        slower; the two one-sided tests of an equivalence test, each at 2.5%), or undecided. The test
-        reads the interval printed beside the verdict, so the two never contradict each other."""
+        ``1 - floor``), tied (the whole interval within the floor on both sides of 1: at or above
+        ``1 - floor`` and at or below ``1 / (1 - floor)``, so ``a`` is neither more than the floor slower
+        nor more than the floor faster; the two one-sided tests of an equivalence test, each at 2.5%), or
+        undecided: an interval that reaches past the floor on either side, such as 1.00× (0.76–1.31), is
+        no tie however near 1 its middle lies. The band is symmetric in the log, so ``a`` is tied with
+        ``b`` exactly where ``b`` is tied with ``a`` (the interval of ``b / a`` is the inverse), whichever
+        the point ratios made the leader. The test reads the interval printed beside the verdict, so the
+        two never contradict each other."""
         if self.high < 1 - floor:
             return SLOWER
-        if self.low >= 1 - floor:
+        if self.low >= 1 - floor and self.high <= 1 / (1 - floor):
             return TIED
         return UNDECIDED
 

@@ -11,13 +11,15 @@ correlated (a neighbour's burst spans several), turn pairs far less so, and legs
 comparison's groups: ``analysis.comparison``) add what differs from one process to the next.
 
 A config stands against the leader as ``slower`` (its whole 95% interval below ``1 - floor``), ``tied``
-(its whole interval at or above it), or ``undecided``: the verdict reads the interval printed beside
-it (``Comparison.against_floor``). One whose standing rests on a state the scan did not set is
-undecided whatever it reads (``unsettled``). Who races each leg is ``RacePolicy``'s, the scan's and
-autotune's alike. When the race ends, the pick is the cheapest of the leader, those tied with it, and those
-still undecided whose ratio lies within the floor (``close``: no test could separate them, and their
-measured difference is smaller than a worker is worth); an undecided config further behind is never
-picked over the leader.
+(its whole interval within the floor either side of 1: from ``1 - floor`` to ``1 / (1 - floor)``), or
+``undecided``: the verdict reads the interval printed beside it (``Comparison.against_floor``). A tie is
+an interval inside the floor, not a point ratio near 1: 1.00× (0.76–1.31) is undecided. One whose
+standing rests on a state the scan did not set is undecided whatever it reads (``unsettled``). Who
+races each leg is ``RacePolicy``'s, the scan's and autotune's alike. When the race ends, the pick is
+the cheapest of the leader and those tied with it (``recommend.race_pick``); a config still undecided,
+however near 1 its ratio reads, is never picked over the leader (the cheaper one by default would
+be a guess): the pick's reason says it was undecided, with its interval, and the notes say why the race
+ended there and what would narrow it (``engine.race.ending_note``, ``precision_note``).
 """
 
 from __future__ import annotations
@@ -147,14 +149,6 @@ def leader_of(trials: list[Trial], configs: list[TrialConfig]) -> TrialConfig | 
 def standing_of(ratio: Comparison | None, floor: float) -> str:
     """A config's verdict against the leader from their ratio (config / leader)."""
     return UNDECIDED if ratio is None else ratio.against_floor(floor)
-
-
-def close(standing: Standing, floor: float) -> bool:
-    """Undecided, and its measured ratio to the leader within the floor: picked like a tied config once
-    the race has ended (no test separated them, and the difference measured is not worth a worker). Not
-    an unsettled one: its ratio holds only in the state it was measured in."""
-    return (standing.status == UNDECIDED and standing.unsettled is None and standing.ratio is not None
-            and standing.ratio.value >= 1 - floor)
 
 
 def verdict(trials: list[Trial], floor: float) -> RaceVerdict | None:
@@ -288,13 +282,17 @@ def solo_ratio(a: ConfigResult, b: ConfigResult, noise: RunNoise) -> Ratio | Non
 def could_decide(ratio: Comparison | None, floor: float, pairs: int) -> bool:
     """Whether ``pairs`` more turn pairs could bring an undecided ratio to a verdict, were the ratio and
     the pairs' spread to stay as measured: its standard error shrinks as the square root of the pairs,
-    and one of the two tests must then clear ``1 - floor``. A ratio that sits on the floor (0.975 with
-    a ±2% interval) would need tens of legs; racing it on spends the budget and changes no pick (an
-    undecided config is picked exactly as when the legs run out). Without a ratio yet: it could."""
+    and its interval must then clear the edge of the tie band (``1 - floor`` to ``1 / (1 - floor)``:
+    ``Comparison.against_floor``) nearest the ratio: below the band, ``1 - floor`` (slower); inside it,
+    the nearer edge (tied needs both, and the farther one follows); above it, ``1 / (1 - floor)``. A
+    ratio that sits on an edge (0.975 with a ±2% interval) would need tens of legs; racing it on spends
+    the budget and changes no pick (an undecided config is not picked, whenever the legs run out).
+    Without a ratio yet: it could."""
     if ratio is None or ratio.se <= 0 or ratio.pairs < 1:
         return True
     se = ratio.se * math.sqrt(ratio.pairs / (ratio.pairs + pairs))
-    return abs(math.log(ratio.value) - math.log(1 - floor)) >= t975(ratio.df + pairs) * se
+    edge = min(abs(math.log(ratio.value) - math.log(1 - floor)), abs(math.log(ratio.value) + math.log(1 - floor)))
+    return edge >= t975(ratio.df + pairs) * se
 
 
 MAX_LEGS_AHEAD = 30  # how far ``legs_to`` looks: past it, more legs are not the cure

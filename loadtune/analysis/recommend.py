@@ -3,7 +3,11 @@
 Not merely the top row: among the configs the measured noise cannot tell from the fastest (and
 that no other config clearly beats), the cheapest one wins (fewest workers, then least memory, then
 no pinning). Extra workers cost memory and cores that training needs too; a 1% "gain" inside the
-noise is not worth them.
+noise is not worth them. After a race, "cannot tell from the fastest" means tied with the race's
+leader: the whole 95% interval of their ratio within the noise floor either side of 1
+(``Comparison.against_floor``). A config the race left undecided is not picked over the leader,
+however near 1 its ratio reads: 1.00× (0.76–1.31) is no tie, and the cheaper config by default would
+be a guess (``race_pick``).
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from loadtune.model.trial import Trial
 from loadtune.model.settings import NOISE_FLOOR
 from loadtune.analysis.footprint import fresh_text, over_limit, size_text, takes_fresh_pages
 from loadtune.analysis.noise import clearly_faster, gain, run_noise
-from loadtune.analysis.comparison import SLOWER, TIED
-from loadtune.analysis.race import (LEADER, RaceVerdict, allocator_moves, allocator_regimes, close, pair_noise, race_ratio,
+from loadtune.analysis.comparison import SLOWER, TIED, UNDECIDED
+from loadtune.analysis.race import (LEADER, RaceVerdict, allocator_moves, allocator_regimes, pair_noise, race_ratio,
                                     relative_to, run_range, unsettled)
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.stats import indistinguishable
@@ -93,7 +97,7 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory:
     excluded = over_limit(configs, max_memory)
     raced = race_verdict(trials, noise_floor)
     if raced is not None and len(raced.standings) >= 2:
-        picked = race_pick(trials, configs, raced, excluded, max_memory, current, noise_floor)
+        picked = race_pick(trials, configs, raced, excluded, max_memory, current)
         if picked is not None:
             return with_versus(picked, trials, current)
     tied = contenders([c for c in configs if c not in excluded], noise_floor)
@@ -118,15 +122,17 @@ def recommend(trials: list[Trial], noise_floor: float = NOISE_FLOOR, max_memory:
 
 
 def race_pick(trials: list[Trial], configs: list[ConfigResult], raced: RaceVerdict, excluded: list[ConfigResult],
-              max_memory: int | None, current: str | None, floor: float) -> Recommendation | None:
+              max_memory: int | None, current: str | None) -> Recommendation | None:
     """The pick when the contenders were raced: the cheapest of the leader and the configs tied with it
-    side by side, or close to it once the race has ended (``analysis.race.close``); the user's current
-    settings when they are among them. The gain over the baseline comes from the race where it raced
-    too. None when every such config is over the memory limit."""
+    side by side (the whole 95% interval of their ratio within the noise floor either side of 1:
+    ``Comparison.against_floor``); the user's current settings when they are among them. A race that
+    ended undecided picks by its evidence, the leader (or one tied with it), never the undecided config
+    because it is cheaper, whatever its point ratio: the reason names it with its interval
+    (``race_reason``). The gain over the baseline comes from the race where it raced too. None when
+    every such config is over the memory limit."""
     by = {c.config: c for c in configs}
     out = {c.config for c in excluded}
-    tied = [by[s.config] for s in raced.standings
-            if (s.status in (LEADER, TIED) or close(s, floor)) and s.config not in out]
+    tied = [by[s.config] for s in raced.standings if s.status in (LEADER, TIED) and s.config not in out]
     if not tied:
         return None
     tied.sort(key=cost)
@@ -212,20 +218,28 @@ def with_versus(rec: Recommendation, trials: list[Trial], current: str | None) -
 
 
 def race_reason(pick: ConfigResult, raced: RaceVerdict, tied: list[ConfigResult]) -> str:
-    """Why the race's pick: ahead of every other side by side, or tied with the leader and cheaper."""
+    """Why the race's pick: ahead of every other side by side, or tied with the leader and cheaper; and,
+    where the race ended with configs undecided, who and their interval to the leader (no tie, so not
+    picked for being cheaper). Those whose standing rests on a state the scan did not set have a note of
+    their own and no interval (``race.unsettled_note``)."""
     slower = [s for s in raced.standings if s.status == SLOWER]
+    undecided = [s for s in raced.standings if s.status == UNDECIDED and not s.unsettled]
+    unsure = ""
+    if undecided:
+        them = ", ".join(f"{s.config.label()} {s.ratio.text()}" if s.ratio else s.config.label() for s in undecided)
+        unsure = (f"; undecided against {raced.leader.label()}: {them} (not within the noise floor: no tie, "
+                  "and not picked for a lower cost)")
     if pick.config == raced.leader:
         beaten = ", ".join(f"{s.config.label()} {s.ratio.value:.2f}×" for s in slower)
-        lead = "fastest in the race, side by side"
+        lead = "ahead in the race, side by side" if undecided else "fastest in the race, side by side"
         return lead + (f"; slower beyond the noise: {beaten}" if beaten else "") + (
-            f"; {len(tied) - 1} config{'s' if len(tied) != 2 else ''} tied with it cost more" if len(tied) > 1 else "")
+            f"; {len(tied) - 1} config{'s' if len(tied) != 2 else ''} tied with it cost more" if len(tied) > 1 else "") + unsure
     mine = raced.standing(pick.config)
     r = mine.ratio if mine else None
     within = f" ({r.text()})" if r else ""
-    how = ("slower by no more than the noise floor with 95% confidence" if mine and mine.status == TIED else
-           "within the noise floor of it as measured, and no test told them apart")
-    return (f"side by side with the fastest in the race ({raced.leader.label()}){within}: {how}; the cheapest of "
-            "those (fewest workers, then least memory, then no pinning)")
+    return (f"side by side with the fastest in the race ({raced.leader.label()}){within}: tied with it, the whole "
+            "95% interval within the noise floor; the cheapest of those (fewest workers, then least memory, then "
+            "no pinning)" + unsure)
 
 
 def keep_reason(mine: ConfigResult, tied: list[ConfigResult]) -> str:

@@ -34,6 +34,9 @@ def gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
         side = f", side by side in {versus.rounds} round{'s' if versus.rounds != 1 else ''}" if versus.rounds else ""
     figures = f"{versus.value:.2f}× the best config with workers ({result.label(versus.config)}{side}, 95% interval " \
               f"{versus.low:.2f}×–{versus.high:.2f}×)"
+    if versus.low <= 1.0 and versus.pairs and versus.config not in rec.tied:  # raced, undecided: no tie, no cheapest rule
+        return (f"PyTorch's defaults (num_workers=0) are undecided against {figures}: the interval reaches past the "
+                "noise floor, so no tie; the race's evidence picks them.\n")
     if versus.low <= 1.0:  # the interval holds a tie: the defaults are the pick as the cheapest, not as the winner
         return (f"PyTorch's defaults (num_workers=0) cannot be told apart from {figures}, and need no workers: "
                 "the cheapest of the fastest.\n")
