@@ -1,6 +1,6 @@
 """Regenerate the example output in the docs by running the real CLI.
 
-The output shown in docs/example-run.md (and the excerpt in README.md) is never pasted by hand: this
+The output shown in docs/example-run.md (and in README.md) is never pasted by hand: this
 script runs each command, captures its stdout at a fixed terminal width, and writes it between
 markers of the form
 
@@ -16,7 +16,8 @@ installed in:
     python docs/generate_examples.py --only report  # just docs/images/report.png (needs Chromium)
 
 The scan runs in a temporary folder (``examples/`` linked into it), so the ``loadtune.json`` it
-saves lands there and not in the checkout; ``show`` only reads files. The picture of the HTML page
+saves lands there and not in the checkout, apart from a copy in ``tests/fixtures/readme_scan.json``
+(the test that its report fits a screen reads it); ``show`` only reads files. The picture of the HTML page
 (``docs/images/report.png``) is ``show --html`` of a saved scan as headless Chromium draws it.
 """
 
@@ -30,21 +31,21 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_RUN = ROOT / "docs" / "example-run.md"
 README = ROOT / "README.md"
-COLUMNS = 100  # the terminal width every command is rendered at: rich fits its tables to it
+COLUMNS = 80  # the terminal width every command is rendered at: rich fits its tables to it
 SCAN = "loadtune scan examples/images.py --workers 0,1,2,4 --prefetch 2 --no-persistent"
 SHOW = "loadtune show tests/fixtures/slowable_before.json tests/fixtures/slowable_after.json"
 REPORT = "loadtune show benchmarks/results/gpu_race_images.json --html {page}"  # a scan on one H100, with a race
 REPORT_IMAGE = ROOT / "docs" / "images" / "report.png"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-# the README shows the scan's table and its legend only: up to the first line that starts with one of these
-README_EXCERPT_ENDS = ("Where the time goes", "•", "╭")
+DETAILS = "loadtune show loadtune.json --details"  # the same scan's whole report
+FIXTURE = ROOT / "tests" / "fixtures" / "readme_scan.json"  # the scan saved, for the test that its report fits a screen
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Run:
     machine: str
     date: str
     note: str = ""  # a sentence more for the heading
+    details: str = ""  # the same result's whole report (``DETAILS``), for a scan
 
 
 def machine_line(info: dict, with_load: bool = True, load_after: float | None = None) -> str:
@@ -99,12 +101,15 @@ def run_scan(force: bool) -> Run:
     with tempfile.TemporaryDirectory(prefix="loadtune-docs-") as tmp:
         (Path(tmp) / "examples").symlink_to(ROOT / "examples")
         output = run(SCAN, Path(tmp))
-        saved = json.loads((Path(tmp) / "loadtune.json").read_text())
+        details = run(DETAILS, Path(tmp))
+        text = (Path(tmp) / "loadtune.json").read_text()
+        saved = json.loads(text)
     load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     why = incomplete(saved)
     if why and not force:
         sys.exit(f"the scan is not fit for the docs ({why}); nothing written. Output:\n{output}")
-    return Run(SCAN, output, machine_line(saved["machine"], load_after=load_after), now())
+    FIXTURE.write_text(text)
+    return Run(SCAN, output, machine_line(saved["machine"], load_after=load_after), now(), details=details)
 
 
 def run_show() -> Run:
@@ -141,13 +146,6 @@ def block(run_: Run, output: str | None = None, note: str = "") -> str:
             f"```console\n$ {run_.command}\n{output if output is not None else run_.output}\n```")
 
 
-def excerpt(output: str) -> str:
-    """The scan's ranked table and its legend: the part the README shows."""
-    lines = output.splitlines()
-    end = next((i for i, line in enumerate(lines) if i and line.startswith(README_EXCERPT_ENDS)), len(lines))
-    return "\n".join(lines[:end] + ["…"])
-
-
 def replace_between(path: Path, name: str, text: str) -> None:
     """Put ``text`` between the markers named ``name`` in ``path``; both markers must be there."""
     begin, end = f"<!-- generated: {name} -->", f"<!-- end generated: {name} -->"
@@ -166,8 +164,9 @@ def main() -> None:
     if args.only in (None, "scan"):
         scan = run_scan(args.force)
         replace_between(EXAMPLE_RUN, "scan", block(scan))
-        note = " The whole output, and how to read it, is in [docs/example-run.md](docs/example-run.md)."
-        replace_between(README, "scan-excerpt", block(scan, excerpt(scan.output), note))
+        replace_between(EXAMPLE_RUN, "scan-details", block(replace(scan, command=DETAILS), scan.details))
+        note = " How to read it, and the whole report (`--details`), are in [docs/example-run.md](docs/example-run.md)."
+        replace_between(README, "scan-excerpt", block(scan, scan.output, note))
     if args.only in (None, "show"):
         replace_between(EXAMPLE_RUN, "show", block(run_show()))
     if args.only != "report":

@@ -126,7 +126,8 @@ def tiny_scan(tmp_path_factory) -> SavedScan:
     folder = tmp_path_factory.mktemp("tiny-scan")
     out, html = folder / "result.json", folder / "result.html"
     proc = run_cli("scan", SPECS / "tiny.py", "--workers", "0,2", "--prefetch", "2", "--no-persistent", "--json", out,
-                   "--html", html, "--device", "cpu", *QUICK)  # the CPU path on any machine (tests/test_cuda.py has the GPU's)
+                   "--html", html, "--device", "cpu", "--details", *QUICK)  # the CPU path on any machine (tests/test_cuda.py
+    # has the GPU's); the whole report, which the tests of its parts read (tests/test_view.py renders the short one)
     assert proc.returncode == 0, proc.stderr
     return SavedScan(proc, out, html)
 

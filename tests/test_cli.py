@@ -202,10 +202,13 @@ def show(*args):
 
 def test_show_renders_a_saved_scan_with_filters_sort_and_top():
     saved = FIXTURES / "tiny_scan.json"  # a real grid scan of tiny.py: nothing is measured here
-    full = show(saved)
+    short = show(saved)
+    assert short.exit_code == 0, short.stderr
+    assert "w4 pf4 bs32" not in short.stdout and "--details: 3 more configs" in short.stdout  # the fastest of each worker count
+    full = show(saved, "--details")
     assert full.exit_code == 0, full.stderr
     assert all(label in full.stdout for label in ("w0 bs32", "w1 pf2 bs32", "w4 pf4 bs32", "pin_memory=True"))
-    assert "loader = DataLoader(" in full.stdout
+    assert "loader = DataLoader(" in full.stdout and "loader = DataLoader(" in short.stdout
 
     picked = show(saved, "--workers", "2,4", "--status", "ok", "--sort", "workers", "--top", "3")
     assert picked.exit_code == 0, picked.stderr

@@ -67,10 +67,14 @@ def test_no_uint8_advice_when_the_copy_is_far_from_the_bound_or_the_data_is_not_
 
 
 def test_table_shows_wait_and_copy_rate_columns_and_gpu_usage():
+    result = gpu_result(lambda c: 22.0 if c.num_workers else 8.0)
     console = Console(record=True, width=120)
-    print_report(console, gpu_result(lambda c: 22.0 if c.num_workers else 8.0))
+    print_report(console, result)
+    short = console.export_text()
+    assert "wait" in short and "GB/s" in short and "30%" in short and "pinned peak 25.0" in short
+    console = Console(record=True, width=120)
+    print_report(console, result, details=True)
     text = console.export_text()
-    assert "wait" in text and "GB/s" in text and "30%" in text and "pinned peak 25.0" in text
     assert "GPU memory peak 3.0G allocated, 4.0G reserved" in text and "GPU utilisation 65%" in text
     assert "pinned host memory" in text and "estimate" in text
 

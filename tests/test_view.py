@@ -118,7 +118,7 @@ def assert_fits_with_cells_intact(text, result, width):
 
 
 def test_full_report_fits_80_columns(result):
-    text = render(lambda console: print_report(console, result), 80)
+    text = render(lambda console: print_report(console, result, details=True), 80)
     assert_fits_with_cells_intact(text, result, 80)
     assert "█" in text and "start" in text and "mem" in text  # at 80 nothing needs dropping for these labels
     assert "loader = DataLoader(" in text
@@ -139,7 +139,7 @@ def test_long_gpu_style_labels_fit_80_columns(result):
            for c in {t.config for t in result.trials if t.config.num_workers}}
     result.trials = [replace(t, config=gpu.get(t.config.key, t.config)) for t in result.trials]
     result.recommendation = recommend(result.trials)
-    text = render(lambda console: print_report(console, result), 80)
+    text = render(lambda console: print_report(console, result, details=True), 80)
     assert "w4 pf2 pin persist non-blocking forkserver bs32" in text
     assert_fits_with_cells_intact(text, result, 80)
 
@@ -160,3 +160,77 @@ def test_filters_from_command_line_text():
     assert not filters_from().any and f.any
     with pytest.raises(PlanError, match="--workers"):
         filters_from(workers="two")
+
+
+# ---- one order, one figure a row; no figure wider than 2x; the answer in a screen ---------------------
+
+SAVED = ["race_scan.json", "tiny_scan.json", "slowable_before.json", "slowable_after.json", "readme_scan.json"]
+
+
+@pytest.mark.parametrize("name", SAVED)
+def test_no_row_prints_a_speed_above_a_row_ranked_over_it_unless_it_says_why(name):
+    result = ScanResult.load(FIXTURES / name)
+    ranked = [r for r in rows(result) if r.rank is not None]
+    for above, below in zip(ranked, ranked[1:]):
+        assert below.speed.median <= above.speed.median or below.speed.apart, (above.config.config.label(), below.config.config.label())
+    text = render(lambda console: print_report(console, result), 80)
+    for row in ranked:
+        if row.speed.apart:
+            assert "timed alone" in text
+
+
+def test_a_raced_row_prints_the_picks_speed_times_its_ratio():
+    result = ScanResult.load(FIXTURES / "race_scan.json")
+    table = rows(result)
+    pick = next(r for r in table if r.config and r.config.config == result.recommendation.config)
+    raced = [r for r in table if r.speed is not None and r.speed.ratio is not None]
+    assert raced and pick.speed.raced
+    for row in raced:
+        assert row.speed.median == pytest.approx(pick.speed.median * row.speed.ratio.value)
+
+
+def test_an_interval_past_two_fold_or_a_spread_past_half_is_too_wide():
+    from loadtune.analysis.view import too_wide
+
+    assert not too_wide(0.9, 1.1) and not too_wide(60, 119) and not too_wide(60, 118, 100)
+    assert too_wide(0.5, 1.2) and too_wide(0.0, 194.28) and too_wide(1.0, float("inf"))
+    assert too_wide(40, 160, 100)  # ±60%, though the ends are 4x apart too
+
+
+def printed_numbers_within_two_fold(text: str) -> None:
+    import re
+
+    for spread in re.findall(r"±(\d+(?:\.\d+)?)%", text):
+        assert float(spread) <= 50, text
+    for low, high in re.findall(r"(\d+\.\d+)×?[–-](\d+\.\d+)×?\)", text):
+        assert float(high) <= 2 * float(low), (low, high, text)
+
+
+@pytest.mark.parametrize("name", SAVED)
+def test_the_short_report_prints_no_figure_wider_than_two_fold(name):
+    result = ScanResult.load(FIXTURES / name)
+    printed_numbers_within_two_fold(render(lambda console: print_report(console, result), 80))
+
+
+def test_the_readme_examples_report_fits_a_screen():
+    """The README's example scan, saved: the default report is at most 40 lines at 80 columns, every
+    line within them, the pick, the gain and the snippet in it; the details hold the rest."""
+    result = ScanResult.load(FIXTURES / "readme_scan.json")
+    text = render(lambda console: print_report(console, result), 80)
+    lines = text.splitlines()
+    assert len(lines) <= 40 and max(len(line) for line in lines) <= 80, text
+    assert "Recommendation" in text and "loader = DataLoader(" in text and "PyTorch's defaults" in text
+    assert "Where the time goes" not in text and "Bound:" in text
+    full = render(lambda console: print_report(console, result, details=True), 80)
+    assert "Where the time goes" in full and len(full.splitlines()) > len(lines)
+
+
+def test_a_setting_carried_in_the_environment_shows_as_the_user_sets_it():
+    from loadtune.analysis.recommend import snippet
+    from loadtune.model.config import TrialConfig
+
+    config = TrialConfig(batch_size=32, num_workers=0, heap=64 * 1024 * 1024)
+    assert config.label() == "w0 +MALLOC env bs32"
+    code = snippet(config, shuffle=True, drop_last=False, has_collate_fn=False)
+    exports = [line for line in code.splitlines() if "export " in line]
+    assert len(exports) == 2 and all(line.lstrip("# ").startswith("export MALLOC_") for line in exports)

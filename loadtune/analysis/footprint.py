@@ -94,9 +94,10 @@ def config_growth(config: ConfigResult) -> Growth | None:
     return max(grown, key=lambda g: g.bytes) if grown else None
 
 
-def copy_on_write(configs: list[ConfigResult]) -> str | None:
+def copy_on_write(configs: list[ConfigResult], short: bool = False) -> str | None:
     """A note when memory grew with the workers beyond the in-process loader's growth: workers copying
-    the pages of Python objects they touch. None when nothing grew beyond the noise."""
+    the pages of Python objects they touch. None when nothing grew beyond the noise. ``short``: the
+    finding and the cure in a line."""
     in_process = [g.bytes for c in configs if c.ok and not c.config.num_workers and (g := config_growth(c))]
     reference = max(in_process, default=0)
     suspects = []
@@ -110,6 +111,9 @@ def copy_on_write(configs: list[ConfigResult]) -> str | None:
     if not suspects:
         return None
     per_worker, worst, g = max(suspects, key=lambda s: (s[1].config.num_workers, s[0]))
+    if short:
+        return (f"memory grows with the workers ({worst.config.label()}: about {size_text(per_worker)} a worker, copy-on-write "
+                "of Python objects): hold the data in numpy arrays or tensors")
     return (
         f"memory grew during the trials with workers: {worst.config.label()} gained {size_text(g.bytes)} in "
         f"{g.seconds:.1f} s, about {size_text(per_worker)} per worker beyond the in-process loader's growth. "
@@ -174,10 +178,11 @@ def fresh_page_takers(configs: list[ConfigResult]) -> list[tuple[float, ConfigRe
     return sorted(hits, key=lambda h: -h[0])
 
 
-def fresh_pages(configs: list[ConfigResult]) -> str | None:
+def fresh_pages(configs: list[ConfigResult], short: bool = False) -> str | None:
     """A note when a config without workers faulted in a large share of every batch anew: its speed
     then depends on the C allocator's state too, and on what a page fault costs (on a virtual machine,
-    what the host does with the guest's memory); and how to keep batches in the heap."""
+    what the host does with the guest's memory); and how to keep batches in the heap. ``short``: the
+    finding and the two variables in a line."""
     hits = fresh_page_takers(configs)
     if not hits:
         return None
@@ -185,6 +190,9 @@ def fresh_pages(configs: list[ConfigResult]) -> str | None:
     nbytes = worst.batch.nbytes
     threshold = heap_for(nbytes)
     others = f" (also {', '.join(c.config.label() for _, c in hits[1:])})" if len(hits) > 1 else ""
+    if short:
+        return (f"{worst.config.label()}{others} takes {size_text(share * nbytes)} of fresh pages a batch: export "
+                f"MALLOC_MMAP_THRESHOLD_={threshold} MALLOC_TRIM_THRESHOLD_={HEAP_TRIM * threshold} keeps batches in the heap")
     return (
         f"{worst.config.label()}{others}: its main process took {size_text(share * nbytes)} of fresh pages from the "
         f"kernel per batch ({share:.0%} of the batch's {size_text(nbytes)}). Its allocator gave freed memory back "

@@ -360,7 +360,7 @@ def environment_lines(config: TrialConfig) -> list[str]:
     if not config.environment:
         return []
     return ["# in the training job's environment, before Python starts (glibc then keeps each batch in the heap):",
-            "#   export " + " ".join(f"{k}={v}" for k, v in config.environment.items())]
+            *(f"#   export {k}={v}" for k, v in config.environment.items())]
 
 
 def own_loader_snippet(config: TrialConfig, loader: str, name: str, batch_size: bool) -> str:

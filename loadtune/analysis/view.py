@@ -4,17 +4,29 @@ A row is a config with its runs (measured, failed, or whatever status a later st
 knob value that was never run (a ``Skip``). Filters and sorting only choose and order rows: the
 rank (by throughput over the whole scan) and the recommendation stay those of the whole scan, so a
 filtered table never suggests a different winner than the scan found.
+
+One order, one figure a row: the configs raced side by side come first, each at its speed as the race
+measured it (the pick's speed times its ratio to the pick), then the others at their runs' speed. A
+reader reads the column, so a row's figure never tops a row ranked above it unless the row says why
+(``Speed.apart``: measured alone, and faster than a raced row above it). A figure known no better than
+a factor of two (``too_wide``) decides nothing and is printed as the range its runs spanned.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 from loadtune.analysis.footprint import memory_limit, over_limit
-from loadtune.analysis.race import race_order
+from loadtune.analysis.noise import long_run, run_noise
+from loadtune.analysis.race import relative_to, run_range, unsettled_configs
+from loadtune.analysis.race import verdict as race_verdict
 from loadtune.model.config import Skip, TrialConfig, parse_int_list
 from loadtune.model.results import ConfigResult, ScanResult
+
+WIDE_FACTOR = 2.0  # an interval whose ends lie further apart than this decides nothing: shown as a range
+WIDE_SPREAD = 0.5  # likewise a ± past this
 
 STATUSES = ("ok", "failed", "skipped", "excluded")  # "excluded": measured, then ruled out (e.g. a memory cap)
 SORT_KEYS = ("rate", "workers", "memory", "startup")
@@ -22,6 +34,38 @@ SORT_KEYS = ("rate", "workers", "memory", "startup")
 
 class ViewError(ValueError):
     """A filter or sort value that makes no sense: exit code 2, naming the flag."""
+
+
+def too_wide(low: float, high: float, median: float | None = None) -> bool:
+    """An interval (or spread about ``median``) too wide to print as a number: its ends more than
+    ``WIDE_FACTOR`` apart, or more than ``WIDE_SPREAD`` from the median."""
+    if low <= 0 or not math.isfinite(high):
+        return True
+    if high / low > WIDE_FACTOR:
+        return True
+    return median is not None and median > 0 and max(high - median, median - low) / median > WIDE_SPREAD
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The figure a row prints: ``raced`` ones are the pick's speed times their ratio to it, side by
+    side (``ratio``: that ratio, with its interval); the others their long runs' estimate. ``runs``:
+    the slowest and fastest of its runs, printed instead where the figure is ``wide``. ``apart``: a
+    figure measured alone that tops a raced row ranked above it."""
+
+    median: float
+    low: float
+    high: float
+    raced: bool = False
+    ratio: object | None = None  # analysis.comparison.Comparison
+    runs: tuple[float, float] | None = None
+    apart: bool = False
+
+    @property
+    def wide(self) -> bool:
+        if self.ratio is not None:
+            return too_wide(self.ratio.low, self.ratio.high)
+        return too_wide(self.low, self.high, self.median)
 
 
 @dataclass(frozen=True)
@@ -32,6 +76,7 @@ class Row:
     config: ConfigResult | None = None
     skip: Skip | None = None
     rank: int | None = None  # 1 = fastest of the whole scan; None when not measured
+    speed: Speed | None = None  # what its samples/s column prints (``speeds``)
 
     @property
     def knobs(self) -> dict | None:
@@ -62,17 +107,77 @@ def config_status(config: ConfigResult) -> str:
     return next((t.status for t in config.trials if t.status != "ok"), "failed")
 
 
+def speeds(result: ScanResult) -> dict[TrialConfig, Speed]:
+    """Each measured config's printed figure (``Speed``): side by side for the pick and the configs raced
+    beside it (not one whose ratio rests on a state the scan did not set), else its runs'."""
+    noise = run_noise(result.configs)
+    rec = result.recommendation
+    by = {c.config: c for c in result.configs if c.ok}
+    out: dict[TrialConfig, Speed] = {}
+    for config in by.values():
+        est = long_run(config, noise)
+        if est is not None:
+            out[config.config] = Speed(est.median, est.low, est.high, runs=measured_range(config))
+    if rec is None or rec.config not in out:
+        return out
+    relative = relative_to(result.trials, rec.config)
+    unsettled = unsettled_configs(race_verdict(result.trials, result.settings.options.noise_floor))
+    pick = out[rec.config]
+    if relative:
+        out[rec.config] = Speed(pick.median, pick.low, pick.high, raced=True, runs=pick.runs)
+    for config, r in relative.items():
+        if config in out and config not in unsettled and not too_wide(r.low, r.high):
+            out[config] = Speed(pick.median * r.value, pick.median * r.low, pick.median * r.high, raced=True,
+                                ratio=r, runs=out[config].runs)
+    return out
+
+
+def measured_range(config: ConfigResult) -> tuple[float, float] | None:
+    """The slowest and fastest of its runs; of its blocks where it ran once."""
+    runs = run_range(config)
+    if runs is not None and runs[1] > runs[0]:
+        return runs
+    blocks = [b.samples / b.seconds for t in config.trials if t.ok for b in t.blocks if b.seconds > 0]
+    return (min(blocks), max(blocks)) if blocks else runs
+
+
 def rows(result: ScanResult) -> list[Row]:
-    """Every row in the table's default order: measured configs fastest first (the raced ones first,
-    as the race ranks them side by side), then the others in run order, then what was skipped."""
+    """Every row in the table's default order: the raced configs at their speed side by side, fastest
+    first, then the others by their runs' speed, then those that did not measure, then what was skipped."""
     configs = result.configs
     excluded = {c.config for c in over_limit(configs, memory_limit(result))}  # --max-memory
-    raced = {c: i for i, c in enumerate(race_order(result.trials, result.settings.options.noise_floor))}
-    ok = sorted((c for c in configs if c.ok), key=lambda c: (raced.get(c.config, len(raced)), -c.estimate.median))
-    out = [Row("excluded" if c.config in excluded else "ok", c, rank=i) for i, c in enumerate(ok, 1)]
-    out += [Row(config_status(c), c) for c in configs if not c.ok]
+    speed = speeds(result)
+    ok = sorted((c for c in configs if c.ok and c.config in speed),
+                key=lambda c: (not speed[c.config].raced, -speed[c.config].median))
+    floor = min((speed[c.config].median for c in ok if speed[c.config].raced), default=math.inf)
+    out = []
+    for i, c in enumerate(ok, 1):
+        s = speed[c.config]
+        if not s.raced and s.median > floor:
+            s = Speed(s.median, s.low, s.high, runs=s.runs, apart=True)
+        out.append(Row("excluded" if c.config in excluded else "ok", c, rank=i, speed=s))
+    out += [Row(config_status(c), c) for c in configs if not c.ok or c.config not in speed]
     out += [Row("skipped", skip=s) for s in result.skipped]
     return out
+
+
+def essential(result: ScanResult, table: list[Row]) -> list[Row]:
+    """The rows a short report keeps: the pick, PyTorch's defaults (or the user's current settings), the
+    configs raced, and the fastest of each worker count; the rest are behind ``--details``."""
+    rec = result.recommendation
+    current = result.settings.current
+    best: set[int] = set()
+    kept = []
+    for row in table:
+        if row.config is None or row.rank is None:
+            continue
+        c = row.config.config
+        first_of_workers = c.num_workers not in best
+        best.add(c.num_workers)
+        if (first_of_workers or (rec is not None and c == rec.config) or c.is_pytorch_default
+                or (current is not None and c.key == current) or (row.speed is not None and row.speed.raced)):
+            kept.append(row)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -149,6 +254,7 @@ def select(result: ScanResult, filters: Filters = Filters(), sort: str = "rate",
         raise ViewError(f"--top must be a whole number >= 1, got {top}")
     key = sort_key(sort)
     kept = [r for r in rows(result) if filters.keeps(r)]
-    measured = sorted((r for r in kept if r.rank is not None), key=lambda r: key(r.config))
+    measured = [r for r in kept if r.rank is not None]  # by rate: as ranked (``rows``)
+    measured = measured if sort == "rate" else sorted(measured, key=lambda r: key(r.config))
     ordered = measured + [r for r in kept if r.rank is None]
     return ordered[:top] if top is not None else ordered

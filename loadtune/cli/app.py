@@ -122,6 +122,8 @@ def scan(
                                                                   "loadtune.json)"),
     resume: bool = typer.Option(False, "--resume", help="continue the interrupted scan saved at --json, without re-running its finished trials"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the recommendation (with its notes and snippet); no table, no progress"),
+    details: bool = typer.Option(False, "--details", help="the whole report: every config, the stage profile and its caps, every note, the "
+                                                          "race's details (default: the answer in a screen)"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs matplotlib)"),
     html: Optional[Path] = typer.Option(None, "--html", help="also write the report as one self-contained HTML page (at the end, or on Ctrl-C)"),
     format_: str = typer.Option("table", "--format", help="table, or json: the whole result on stdout (for a pipe), nothing else there"),
@@ -148,7 +150,7 @@ def scan(
     )
     plan, json_path, adopted = planned_scan(spec, overrides, json_path, resume)
     html, plot = (distributed.node_path(p, plan.options.nnodes, plan.options.node_rank) if p else None for p in (html, plot))
-    result = run_scan(plan, json_path, console, quiet, as_json, html)
+    result = run_scan(plan, json_path, console, quiet, as_json, html, details)
     finish_scan(console, plan.options, result, json_path, adopted.store_hosted, plot, html)
 
 
@@ -193,8 +195,10 @@ def planned_scan(spec: Optional[str], flags: dict, json_path: Optional[Path], re
     return plan, json_path, adopted
 
 
-def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool, html: Optional[Path] = None) -> ScanResult:
-    """Measure, with progress unless quiet, and print (or write the JSON). The report is printed as
+def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool, html: Optional[Path] = None,
+             details: bool = False) -> ScanResult:
+    """Measure, with progress unless quiet, and print (or write the JSON): the short report, or the whole
+    with ``details``. The report is printed as
     soon as the answer is final, while the calibration workload (and a reference for ``check``, when
     asked: a line then says how that went) runs; the JSON holds all of it, so it comes at the end.
     On Ctrl-C print and save what was measured (and write the ``html`` page of it), then exit 130."""
@@ -206,7 +210,7 @@ def run_scan(plan, json_path: Path, console: Console, quiet: bool, as_json: bool
         if as_json:
             write_json(result.to_dict())
         else:
-            (print_recommendation if quiet else print_report)(console, result)
+            (print_recommendation if quiet else print_report)(console, result, details=details)
         printed = True
 
     early = None if as_json else render
@@ -259,6 +263,8 @@ def show(
     plot: Optional[Path] = typer.Option(None, "--plot", help="also write throughput against num_workers to this .png or .svg (needs matplotlib)"),
     html: Optional[Path] = typer.Option(None, "--html", help="also write the report (the rows shown) as one self-contained HTML page"),
     format_: str = typer.Option("table", "--format", help="table, or json: the saved result (two scans: the comparison) on stdout"),
+    details: bool = typer.Option(False, "--details", help="the whole report: every config, the stage profile and its caps, every note, the "
+                                                          "race's details (default: the answer in a screen)"),
 ) -> None:
     """Render a saved scan again (table and recommendation) without measuring anything; given two, compare them."""
     try:
@@ -287,7 +293,7 @@ def show(
     if as_json:
         write_json(results[0].to_dict())
     else:
-        print_report(console, results[0], rows)
+        print_report(console, results[0], rows, details=details or filters.any or top is not None or sort != "rate")
     if html is not None:
         save_html(html, scan_page(results[0], rows), Console(stderr=as_json))
     if plot is not None:

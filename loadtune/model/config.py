@@ -125,7 +125,7 @@ class TrialConfig:
         return kwargs
 
     def label(self, batch: str | None = None) -> str:
-        """Short human form for tables: ``w4 pf2 pin persist bs64``; ``batch`` in place of the batch size
+        """Short human form for tables: ``w4 pf2 pin persist bs64``, ``w0 +MALLOC env bs32``; ``batch`` in place of the batch size
         (``~31``: batches of varying size, ``ScanResult.label``)."""
         parts = [f"w{self.num_workers}"]
         if self.num_workers:
@@ -141,7 +141,7 @@ class TrialConfig:
         if self.start_method:
             parts.append(self.start_method)
         if self.heap:
-            parts.append("heap")
+            parts.append("+MALLOC env")  # what the user sets: two MALLOC_ variables (``environment``)
         parts.append(f"bs{batch or self.batch_size}")
         return " ".join(parts)
 

@@ -97,6 +97,14 @@ def bound_text(result: ScanResult) -> Text:
     return out
 
 
+def short_bound_text(result: ScanResult) -> str:
+    """The bound in one line: its rate, the stage that sets it, and where the pick sits against it."""
+    bound = scan_bound(result)
+    if bound is None:
+        return ""
+    return f"Bound: {rate(bound.rate)} samples/s, set by {bound.stage}{pick_against_bound(result)}\n"
+
+
 def busy_text(result: ScanResult) -> str:
     """How many cores the pick kept busy while timed: how much of the machine the bound's rate costs."""
     rec = result.recommendation

@@ -3,7 +3,10 @@ defaults win. The figures are the analysis's (``Recommendation.speedup``, ``vers
 
 from __future__ import annotations
 
+import math
+
 from loadtune.analysis.noise import RunNoise, alone, speeds_apart
+from loadtune.analysis.view import too_wide
 from loadtune.analysis.recommend import defaults_versus
 from loadtune.model.results import ConfigResult, ScanResult
 from loadtune.report.text import rate
@@ -34,6 +37,10 @@ def gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
         side = f", side by side in {versus.rounds} round{'s' if versus.rounds != 1 else ''}" if versus.rounds else ""
     figures = f"{versus.value:.2f}× the best config with workers ({result.label(versus.config)}{side}, 95% interval " \
               f"{versus.low:.2f}×–{versus.high:.2f}×)"
+    if too_wide(versus.low, versus.high):  # no figure past 2x wide: its lower end is the claim that holds
+        figures = ((f"at least {versus.low:.2f}× " if versus.low > 1 else "")
+                   + f"the best config with workers ({result.label(versus.config)}{side}; the ratio's 95% interval "
+                   "spans more than 2×)")
     if versus.low <= 1.0 and versus.pairs and versus.config not in rec.tied:  # raced, undecided: no tie, no cheapest rule
         return (f"PyTorch's defaults (num_workers=0) are undecided against {figures}: the interval reaches past the "
                 "noise floor, so no tie; the race's evidence picks them.\n")
@@ -42,6 +49,20 @@ def gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
                 "the cheapest of the fastest.\n")
     return (f"PyTorch's defaults (num_workers=0) win: {figures}; handing samples between processes costs more "
             "than producing them here.\n")
+
+
+def short_gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
+    """The gain over PyTorch's defaults in one line (an interval past 2× says what would narrow it); the
+    other cases as ``gain_text`` says them."""
+    if result.settings.current is not None or rec.speedup is None or rec.baseline == rec.config:
+        return gain_text(result, rec, noise)
+    high = rec.speedup_high if rec.speedup_high is not None else math.inf
+    if too_wide(rec.speedup_low, high):
+        return ("The gain over PyTorch's defaults is undecided: its interval spans more than 2× "
+                "(more race legs narrow it: --race-legs, --budget).\n")
+    how = (f"side by side in the race over {rec.speedup_pairs} turn pairs" if rec.speedup_pairs
+           else speedup_how(rec).replace("measured ", ""))
+    return f"{rec.speedup:.2f}× PyTorch's defaults (95% interval {rec.speedup_low:.2f}–{high:.2f}×), {how}\n"
 
 
 def unsettled_text(rec, who: str) -> str:

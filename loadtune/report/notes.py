@@ -9,6 +9,7 @@ from loadtune.analysis.storage import storage_notes
 from loadtune.analysis import footprint
 from loadtune.analysis.copyrate import copy_notes
 from loadtune.analysis.race import REGIME_GAP, allocator_moves
+from loadtune.analysis.view import Row
 from loadtune.model.results import ScanResult
 from loadtune.report.text import short_bytes
 
@@ -36,7 +37,60 @@ def notes(result: ScanResult) -> list[Text]:
     return out
 
 
-def allocator_notes(result: ScanResult) -> list[str]:
+def short_notes(result: ScanResult, rows: list[Row], width: int = 80) -> tuple[list[Text], int]:
+    """The short report's notes: those that change what the user does (failures, warnings, the page
+    cache's state, memory, figures too wide to act on among ``rows``, what was skipped), each once,
+    listing the configs it concerns, in at most two lines at ``width``; and how many others
+    ``--details`` holds."""
+    configs = result.configs
+    failed = [c for c in configs if not c.ok and c.error]
+    if len(failed) > 1 and len(failed) == len(configs) and len({(c.error.kind, c.error.exception_type, c.error.index)
+                                                                for c in failed}) == 1:
+        out = [Text(f"• Every trial failed the same way: {failed[0].error.message}", style="red")]
+    else:
+        out = [Text(f"• {labels} failed: {message}", style="red")
+               for message, labels in grouped((c.error.message, c.config) for c in failed).items()]
+    out += [Text(f"• {labels}: {warning}", style="yellow")
+            for warning, labels in grouped((w, t.config) for t in configs for w in t.warnings).items()]
+    out += [Text(f"• {note}", style="cyan") for note in step_notes(result)]  # what consumed the batches
+    cache = storage_notes(result)
+    out += [Text(f"• page cache: {note}.", style="cyan") for note in cache[:1]]
+    out += [Text(f"• {n}.", style="yellow") for n in (footprint.copy_on_write(configs, short=True),
+                                                       *allocator_notes(result, short=True)) if n]
+    wide = [r for r in rows if r.speed is not None and r.speed.wide]
+    if wide:
+        out.append(Text(f"• {', '.join(result.label(r.config.config) for r in wide)}: a long run's 95% interval spans over 2× "
+                        "(runs land far apart here): a quieter machine or a longer scan (--budget) narrows it.", style="yellow"))
+    out += [Text(f"• {s.what} skipped: {first_clause(s.why)}", style="dim") for s in result.skipped]
+    others = (result.notes + (result.stages.notes if result.stages is not None else [])
+              + copy_notes(result) + gpu_notes(result) + cache[1:])
+    return [two_lines(note, width) for note in out], len(others)
+
+
+def grouped(pairs) -> dict[str, str]:
+    """Texts said of several configs, once each: text -> the configs' labels, comma-separated."""
+    out: dict[str, list[str]] = {}
+    for text, config in pairs:
+        out.setdefault(first_clause(text, ". "), []).append(config.label())
+    return {text: ", ".join(labels) for text, labels in out.items()}
+
+
+def first_clause(text: str, stop: str = ": ") -> str:
+    """Up to the first ``stop`` (the rest is the details'), the whole text where there is none."""
+    head, sep, _ = text.partition(stop)
+    return head if sep and head else text
+
+
+def two_lines(note: Text, width: int) -> Text:
+    """A note cut to two lines at ``width`` (at a word, with "…"); the whole is behind ``--details``."""
+    limit = 2 * width - 4
+    if len(note.plain) <= limit:
+        return note
+    cut = note.plain[:limit].rsplit(" ", 1)[0].rstrip(",;:")
+    return Text(cut + " …", style=note.style)
+
+
+def allocator_notes(result: ScanResult, short: bool = False) -> list[str]:
     """The note on the loaders without workers that take their batches' pages fresh
     (``footprint.fresh_pages``: why, and the heap setting), where keeping the heap moves their speed or
     was not measured (``race.allocator_moves``); where it was measured and does not, one line says so
@@ -45,7 +99,10 @@ def allocator_notes(result: ScanResult) -> list[str]:
     by = {c.config: c for c in result.configs}
     takers = [c for _, c in footprint.fresh_page_takers(result.configs)]
     moved = [c for c in takers if allocator_moves(result.trials, by, c)]
-    out = [note] if (note := footprint.fresh_pages(moved)) else []
+    out = [note] if (note := footprint.fresh_pages(moved, short)) else []
+    if short:
+        return out + [f"{c.config.label()}: keeping the heap (the MALLOC_ variables) ran less than {REGIME_GAP:.0%} faster "
+                      "here: not worth setting" for c in takers if c not in moved]
     out += [f"{footprint.fresh_text(c)}, yet the same loader with the heap kept ran less than {REGIME_GAP:.0%} faster here: "
             "the heap setting is not worth setting for it" for c in takers if c not in moved]
     return out

@@ -15,19 +15,36 @@ from loadtune.analysis.load import load_summary
 from loadtune.analysis.noise import RunNoise, alone, long_run, run_noise
 from loadtune.analysis.recommend import noise_floor_of, persistent_saving, snippet
 from loadtune.model.results import ConfigResult, ScanResult
-from loadtune.report.diagnosis import bound_text
-from loadtune.report.gain import gain_text
+from loadtune.analysis.view import measured_range, too_wide
+from loadtune.report.diagnosis import bound_text, short_bound_text
+from loadtune.report.gain import gain_text, short_gain_text
 from loadtune.report.table import ranks_of
 from loadtune.report.text import load_sentence, rate
 
 
-def recommendation_panel(result: ScanResult) -> Panel:
+def recommendation_panel(result: ScanResult, short: bool = False) -> Panel:
     """The pick, what it gains and why, what bounds it, its memory, and the ``DataLoader(...)`` to paste;
-    without a pick, why there is none."""
+    without a pick, why there is none. ``short``: the answer alone (``short_text``)."""
     if result.recommendation is None:
         return Panel(no_recommendation_text(result), title="No recommendation", border_style="red")
-    code = Syntax(loader_code(result), "python", theme="ansi_dark", background_color="default")
-    return Panel(Group(recommendation_text(result), code), title="Recommendation", border_style="green")
+    code = Syntax(loader_code(result), "python", theme="ansi_dark", background_color="default", word_wrap=True)
+    text = short_text(result) if short else recommendation_text(result)
+    return Panel(Group(text, code), title="Recommendation", border_style="green")
+
+
+def short_text(result: ScanResult) -> Text:
+    """The answer in a few lines: the pick and its speed, the gain with its interval, why, the bound in
+    one line; load that makes the figures less certain. The rest is ``recommendation_text``'s."""
+    rec = result.recommendation
+    pick = result.config_result(rec.config)
+    noise = run_noise(result.configs)
+    lines = Text()
+    for piece in (pick_text(result, pick, noise, short=True), short_gain_text(result, rec, noise), f"Why: {rec.reason}.\n",
+                  load_text(result, short=True), short_bound_text(result)):
+        lines.append(piece)
+    if result.state != "complete":
+        lines.append(f"Partial scan ({result.state}): {len(result.trials)} trials finished.\n", style="yellow")
+    return lines
 
 
 def recommendation_text(result: ScanResult) -> Text:
@@ -54,10 +71,18 @@ def no_recommendation_text(result: ScanResult) -> str:
     return "No config could be measured: see the failures above."
 
 
-def pick_text(result: ScanResult, pick: ConfigResult, noise: RunNoise) -> Text:
-    """The pick and its long-run rate, and what its ± covers."""
+def pick_text(result: ScanResult, pick: ConfigResult, noise: RunNoise, short: bool = False) -> Text:
+    """The pick and its long-run rate, and what its ± covers; a rate known no better than 2× as the
+    range its runs spanned (``view.too_wide``)."""
     est = long_run(pick, noise)
     runs = sum(1 for t in alone(pick).trials if t.ok)
+    if too_wide(est.low, est.high, est.median):
+        seen = measured_range(pick)
+        return Text.assemble((result.label(pick.config), "bold"),
+                             f"  {rate(seen[0])}–{rate(seen[1])} samples/s over its runs (a long run's 95% interval "
+                             "spans more than 2×: no one figure)\n")
+    if short:
+        return Text.assemble((result.label(pick.config), "bold"), f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%}\n")
     return Text.assemble(
         (result.label(pick.config), "bold"),
         f"  {rate(est.median)} samples/s ±{est.rel_spread:.1%} "
@@ -93,11 +118,16 @@ def loader_code(result: ScanResult) -> str:
                    batch_size=not any(s.what == "batch_size" for s in result.skipped))
 
 
-def load_text(result: ScanResult) -> Text:
-    """The figures taken under outside load (``analysis.load``): how much, and whose."""
+def load_text(result: ScanResult, short: bool = False) -> Text:
+    """The figures taken under outside load (``analysis.load``): how much, and whose; ``short``: in two lines."""
     summary = load_summary(result.trials, noise_floor_of(result), result.remeasured)
     out = Text()
     if summary is None:
+        return out
+    if short:
+        if summary.disturbed:
+            out.append(f"Measured under load (outside processes kept up to {summary.peak_cores:.1f} of {summary.usable_cores:g} "
+                       "cores busy): less certain than the intervals say; scan again on a quiet machine.\n", style="yellow")
         return out
     if summary.disturbed:
         rec = result.recommendation

@@ -8,13 +8,13 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, alone, long_run, run_noise, spans_runs
+from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, long_run, run_noise, spans_runs
 from loadtune.analysis.race import relative_to, unsettled_configs
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.recommend import noise_floor_of
-from loadtune.analysis.view import Row, rows as view_rows
+from loadtune.analysis.view import Row, rows as view_rows, too_wide
 from loadtune.model.results import ScanResult
-from loadtune.report.text import BAR_WIDTH, STATUS_STYLES, bar, gbps, rate, short_bytes, spread_text, status_cell
+from loadtune.report.text import BAR_WIDTH, STATUS_STYLES, bar, gbps, rate, short_bytes, speed_text, spread_text, status_cell
 
 
 # Columns a narrow terminal can lose, first dropped first; the rank, config, rate and status stay.
@@ -28,8 +28,18 @@ COLUMN_HEADERS = {"race": "vs pick", "start": "start", "mem": "mem", "wait": "wa
 
 
 RACE_CAPTION = ("vs pick: throughput relative to the pick, measured side by side in the race (loaders alive together, "
-                "short blocks taking turns), with its 95% interval over the turn pairs; samples/s come from the runs "
-                "timed alone")
+                "short blocks taking turns), with its 95% interval over the turn pairs; a raced row's samples/s is the "
+                "pick's times that ratio, the others' come from their runs timed alone (\"timed alone\": not raced, and faster than a raced row "
+                "above it, which it never met side by side)")
+WIDE_CAPTION = ("a–b runs: the slowest and fastest of its runs, where a long run's 95% interval spans more than 2× (or ±50%): "
+                "too wide for a figure to decide anything")
+SHORT_PARTS = {  # the short report's legend, part by part: only those of what is shown
+    "race": "vs pick: side by side in the race, 95% interval; raced rows: the pick's speed × it",
+    "spread": "±: 95% for a long run",
+    "wide": "a–b runs: its runs (interval over 2×)",
+    "start": "start: first batch",
+    "mem": "mem: PSS",
+}
 
 
 CAPTION_PARTS = {
@@ -42,13 +52,13 @@ CAPTION_PARTS = {
 }
 
 
-def trial_table(result: ScanResult, rows: list[Row] | None = None, width: int | None = None) -> Table:
+def trial_table(result: ScanResult, rows: list[Row] | None = None, width: int | None = None, short: bool = False) -> Table:
     """One row per config (default: all, fastest first). Given a ``width``, secondary columns are
     dropped (bar, start, mem, GB/s, wait, in that order) until every config label fits unwrapped; only the config
-    column ever wraps, never a figure."""
+    column ever wraps, never a figure. ``short``: the two-line legend of the short report."""
     rows = view_rows(result) if rows is None else rows
     dropped: list[str] = []
-    table = build_table(result, rows, dropped)
+    table = build_table(result, rows, dropped, short)
     if width is None:
         return table
     console = Console(width=width)
@@ -57,14 +67,14 @@ def trial_table(result: ScanResult, rows: list[Row] | None = None, width: int | 
         if Measurement.get(console, unbounded, table).maximum <= width:
             break
         dropped.append(column)
-        table = build_table(result, rows, dropped)
+        table = build_table(result, rows, dropped, short)
     return table
 
 
-def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Table:
+def build_table(result: ScanResult, rows: list[Row], dropped: list[str], short: bool = False) -> Table:
     """The table without the ``dropped`` columns; the optional ones only where the scan measured them."""
     rec = result.recommendation
-    top = max((alone(c).estimate.median for c in result.configs if c.ok), default=0.0)  # bars relative to the whole scan
+    top = max((r.speed.median for r in rows if r.speed is not None), default=0.0)  # bars relative to the top row
     relative, apart = race_figures(result)
     shown = shown_columns(result, bool(relative), dropped)
     table = empty_table(shown)
@@ -74,9 +84,29 @@ def build_table(result: ScanResult, rows: list[Row], dropped: list[str]) -> Tabl
         cells = row_cells(row, rec, top, noise, result.settings.current, varying.label if varying else None)
         cells["race"] = race_cell(row, rec, relative, apart)
         table.add_row(*[cells[name] for name in ("rank", "config", "rate", *shown, "status")])
-    table.caption = table_caption(result, noise, shown, dropped)
+    table.caption = short_caption(result, rows, shown) if short else table_caption(result, noise, shown, dropped, rows)
     table.caption_justify = "left"
     return table
+
+
+def short_caption(result: ScanResult, rows: list[Row], shown: list[str]) -> str:
+    """The short report's legend: what the marks and the figures shown mean, in two lines at 80 columns
+    (more only for the columns a GPU or a step adds)."""
+    printed = {"spread": any(r.speed is not None and not r.speed.wide and r.speed.ratio is None for r in rows),
+               "wide": any(r.speed is not None and r.speed.wide for r in rows)}
+    parts = ["★ pick"] + (["current: your settings (--current)"] if result.settings.current is not None else [])
+    parts += [text for key, text in SHORT_PARTS.items() if key in shown or printed.get(key)]
+    text = " · ".join(parts)
+    varying = result.varying_batches
+    if varying is not None:
+        text += (f" · bs{varying.label}: the loader's own batches, of varying size: {varying.mean:.1f} samples on average "
+                 f"over the batches timed ({varying.smallest}–{varying.largest})")
+    if "wait" in shown:
+        text += " · wait: share of the time the step waited for data"
+    if "gbps" in shown:
+        peak = f", pinned peak {result.h2d_peak_gbps:.1f}" if result.h2d_peak_gbps else ""
+        text += f" · GB/s: copied to the GPU per second{peak}"
+    return text
 
 
 def race_figures(result: ScanResult) -> tuple[dict, frozenset]:
@@ -109,7 +139,8 @@ def empty_table(shown: list[str]) -> Table:
     return table
 
 
-def table_caption(result: ScanResult, noise: RunNoise, shown: list[str], dropped: list[str]) -> str:
+def table_caption(result: ScanResult, noise: RunNoise, shown: list[str], dropped: list[str],
+                  rows: list[Row] = ()) -> str:
     """The legend: what the marks and each shown column mean, in the order they matter."""
     spanning = [c.config.label() for c in result.configs if spans_runs(c)]
     parts = [spread_caption(noise, spanning) if key == "spread" else text
@@ -122,6 +153,8 @@ def table_caption(result: ScanResult, noise: RunNoise, shown: list[str], dropped
                      f"over the batches timed ({varying.smallest}–{varying.largest})")
     if "race" in shown:
         parts.insert(3, RACE_CAPTION)
+    if any(r.speed is not None and r.speed.wide for r in rows):
+        parts.insert(3, WIDE_CAPTION)
     if "wait" in shown:
         parts.append("wait: share of the time the step waited for data" + (
             " (the GPU's compute stream idle between steps)" if result.settings.device.startswith("cuda") else ""))
@@ -142,6 +175,10 @@ def race_cell(row: Row, rec, relative: dict, apart: frozenset = frozenset()) -> 
     if row.config.config in apart:
         return "unsettled"
     r = relative.get(row.config.config)
+    if r is not None and too_wide(r.low, r.high):  # an interval past 2x: its ends are no figure to act on
+        return "slower" if r.high < 1 else ("faster" if r.low > 1 else "undecided")
+    if r is None and row.speed is not None and row.speed.apart:
+        return "timed alone"
     return f"{r.value:.2f}× ({r.low:.2f}–{r.high:.2f})" if r else ""
 
 
@@ -180,8 +217,8 @@ def row_cells(row: Row, rec, top: float, noise: RunNoise = NOTHING_LEARNED, curr
     return {
         "rank": str(row.rank) if row.rank is not None else "",
         "config": label,
-        "rate": spread_text(est) if est else "-",
-        "bar": bar(est.median / top) if est and top else "",
+        "rate": speed_text(row.speed) if row.speed else (spread_text(est) if est else "-"),
+        "bar": bar((row.speed.median if row.speed else est.median) / top) if est and top else "",
         "start": f"{trial.startup_s:.2f}s" if trial.startup_s is not None else "-",
         "mem": short_bytes(trial.memory.peak_bytes if trial.memory else None),
         "wait": f"{trial.wait_fraction:.0%}" if trial.wait_fraction is not None else "-",

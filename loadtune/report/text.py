@@ -34,6 +34,18 @@ def spread_text(est) -> str:
     return f"{rate(est.median)} {spread}"
 
 
+def speed_text(speed) -> str:
+    """A row's samples/s (``view.Speed``): a raced row's figure side by side (its interval is in the
+    ratio beside it); a figure too wide to decide anything as the range its runs spanned; else
+    ``spread_text``."""
+    if speed.wide and speed.runs is not None:
+        return f"{rate(speed.runs[0])}–{rate(speed.runs[1])} runs"
+    if speed.ratio is not None:
+        return rate(speed.median)
+    spread = max(speed.high - speed.median, speed.median - speed.low) / speed.median if speed.median > 0 else math.inf
+    return f"{rate(speed.median)} ±{spread:.1%}" if spread < 0.995 else f"{rate(speed.median)} noisy"
+
+
 def bar(fraction: float, width: int = BAR_WIDTH) -> str:
     """A relative bar with eighth-block resolution."""
     eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
