@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from loadtune.analysis.comparison import Comparison
 from loadtune.analysis.footprint import memory_limit, over_limit
 from loadtune.analysis.noise import long_run, run_noise
 from loadtune.analysis.race import relative_to, run_range, unsettled_configs
@@ -57,7 +58,7 @@ class Speed:
     low: float
     high: float
     raced: bool = False
-    ratio: object | None = None  # analysis.comparison.Comparison
+    ratio: Comparison | None = None
     runs: tuple[float, float] | None = None
     apart: bool = False
 
