@@ -348,3 +348,18 @@ def test_defaults_that_are_the_pick_win_only_where_the_interval_clears_a_tie(low
     assert said in text and (f"95% interval {low:.2f}×–{high:.2f}×" in text) == (high <= 2 * low)
     assert ("win" in text) == (low > 1)  # a tie is never called a win
     assert ("cheapest" in text) == (low <= 1 and (tied or not raced))  # nor an undecided race the cheapest's
+
+
+def test_the_reason_gives_a_ratio_known_no_better_than_twofold_by_the_bound_that_holds():
+    from loadtune.analysis.comparison import SLOWER, Comparison
+    from loadtune.analysis.race import LEADER, RaceVerdict, Standing
+    from loadtune.analysis.recommend import race_reason
+
+    leader, wide, narrow = cfg(4), cfg(0), cfg(2)
+    raced = RaceVerdict(leader, [Standing(leader, LEADER, None),
+                                 Standing(wide, SLOWER, Comparison(0.27, 0.08, 0.91, 9, 3)),
+                                 Standing(narrow, SLOWER, Comparison(0.80, 0.75, 0.85, 9, 3))])
+    pick = by_config([trial(leader, NOISY)])[0]
+    reason = race_reason(pick, raced, [pick])
+    assert f"{wide.label()} at most 0.91×" in reason and "0.27" not in reason
+    assert f"{narrow.label()} 0.80×" in reason

@@ -34,6 +34,20 @@ from loadtune.model.estimate import t975
 SLOWER, TIED, UNDECIDED = "slower", "tied", "undecided"
 
 
+WIDE_FACTOR = 2.0  # an interval whose ends lie further apart than this decides nothing: the report shows no figure
+WIDE_SPREAD = 0.5  # likewise a ± past this
+
+
+def too_wide(low: float, high: float, median: float | None = None) -> bool:
+    """An interval (or spread about ``median``) too wide to print as a number: its ends more than
+    ``WIDE_FACTOR`` apart, or more than ``WIDE_SPREAD`` from the median."""
+    if low <= 0 or not math.isfinite(high):
+        return True
+    if high / low > WIDE_FACTOR:
+        return True
+    return median is not None and median > 0 and max(high - median, median - low) / median > WIDE_SPREAD
+
+
 @dataclass(frozen=True)
 class Prior:
     """What a paired observation's log ratio was learned to spread by elsewhere: a variance, and the

@@ -21,7 +21,7 @@ from loadtune.model.trial import Trial
 from loadtune.model.settings import NOISE_FLOOR
 from loadtune.analysis.footprint import fresh_text, over_limit, size_text, takes_fresh_pages
 from loadtune.analysis.noise import clearly_faster, gain, run_noise
-from loadtune.analysis.comparison import SLOWER, TIED, UNDECIDED
+from loadtune.analysis.comparison import SLOWER, TIED, UNDECIDED, too_wide
 from loadtune.analysis.race import (LEADER, RaceVerdict, allocator_moves, allocator_regimes, pair_noise, race_ratio,
                                     relative_to, run_range, unsettled)
 from loadtune.analysis.race import verdict as race_verdict
@@ -230,7 +230,8 @@ def race_reason(pick: ConfigResult, raced: RaceVerdict, tied: list[ConfigResult]
         unsure = (f"; undecided against {raced.leader.label()}: {them} (not within the noise floor: no tie, "
                   "and not picked for a lower cost)")
     if pick.config == raced.leader:
-        beaten = ", ".join(f"{s.config.label()} {s.ratio.value:.2f}×" for s in slower)
+        beaten = ", ".join(f"{s.config.label()} at most {s.ratio.high:.2f}×" if too_wide(s.ratio.low, s.ratio.high)
+                           else f"{s.config.label()} {s.ratio.value:.2f}×" for s in slower)  # no figure past 2x wide
         lead = "ahead in the race, side by side" if undecided else "fastest in the race, side by side"
         return lead + (f"; slower beyond the noise: {beaten}" if beaten else "") + (
             f"; {len(tied) - 1} config{'s' if len(tied) != 2 else ''} tied with it cost more" if len(tied) > 1 else "") + unsure

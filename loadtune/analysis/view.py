@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from loadtune.analysis.comparison import Comparison
+from loadtune.analysis.comparison import Comparison, too_wide
 from loadtune.analysis.footprint import memory_limit, over_limit
 from loadtune.analysis.noise import long_run, run_noise
 from loadtune.analysis.race import relative_to, run_range, unsettled_configs
@@ -26,25 +26,12 @@ from loadtune.analysis.race import verdict as race_verdict
 from loadtune.model.config import Skip, TrialConfig, parse_int_list
 from loadtune.model.results import ConfigResult, ScanResult
 
-WIDE_FACTOR = 2.0  # an interval whose ends lie further apart than this decides nothing: shown as a range
-WIDE_SPREAD = 0.5  # likewise a ± past this
-
 STATUSES = ("ok", "failed", "skipped", "excluded")  # "excluded": measured, then ruled out (e.g. a memory cap)
 SORT_KEYS = ("rate", "workers", "memory", "startup")
 
 
 class ViewError(ValueError):
     """A filter or sort value that makes no sense: exit code 2, naming the flag."""
-
-
-def too_wide(low: float, high: float, median: float | None = None) -> bool:
-    """An interval (or spread about ``median``) too wide to print as a number: its ends more than
-    ``WIDE_FACTOR`` apart, or more than ``WIDE_SPREAD`` from the median."""
-    if low <= 0 or not math.isfinite(high):
-        return True
-    if high / low > WIDE_FACTOR:
-        return True
-    return median is not None and median > 0 and max(high - median, median - low) / median > WIDE_SPREAD
 
 
 @dataclass(frozen=True)
