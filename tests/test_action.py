@@ -395,4 +395,6 @@ def test_on_an_unchanged_pull_request_the_steps_outputs_summary_and_junit_agree(
 @pytest.mark.slow
 def test_a_pull_request_with_ten_times_the_work_fails(tmp_path):
     outputs, result = run_check_step(tmp_path, pull_request(tmp_path, WORK * 10))
-    assert outputs["verdict"] == REGRESSION and float(outputs["high"]) < 0.5, result["reasons"]
+    # the verdict, and a ratio far below any noise; not how narrow its interval came out (a fresh clone read
+    # 0.15x with its interval up to 0.82x on a slow VM): the width is the machine's, the benchmarks' to measure
+    assert outputs["verdict"] == REGRESSION and float(outputs["ratio"]) < 0.5 and float(outputs["high"]) < 0.9, result["reasons"]
