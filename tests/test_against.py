@@ -270,7 +270,8 @@ def test_a_check_against_a_copy_agrees_with_itself_and_ten_times_the_work_fails(
     assert "REGRESSION" in slowed.stdout and "vs base HEAD~1" in slowed.stdout
     data = json.loads((tmp_path / "slowed.json").read_text())
     assert_check_agrees(slowed.returncode, data, tmp_path / "junit.xml")
-    assert data["change_high"] < -0.5 and data["against"]["base"]["name"] == "HEAD~1"
+    # far below any noise at its point; its interval's width is the machine's (a fresh clone read its high end at -38%)
+    assert data["change"] < -0.5 and data["change_high"] < -0.1 and data["against"]["base"]["name"] == "HEAD~1"
     assert data["machine"]["usable_cores"] >= 1  # where it ran
     assert_valid(data, "check")
     assert len(ET.parse(tmp_path / "junit.xml").getroot().findall("testcase")) == 2
