@@ -24,6 +24,7 @@ from loadtune.analysis.noise import long_run, run_noise
 from loadtune.analysis.race import relative_to, run_range, unsettled_configs
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.model.config import Skip, TrialConfig, parse_int_list
+from loadtune.model.estimate import rel_half_width
 from loadtune.model.results import ConfigResult, ScanResult
 
 STATUSES = ("ok", "failed", "skipped", "excluded")  # "excluded": measured, then ruled out (e.g. a memory cap)
@@ -48,6 +49,10 @@ class Speed:
     ratio: Comparison | None = None
     runs: tuple[float, float] | None = None
     apart: bool = False
+
+    @property
+    def rel_spread(self) -> float:
+        return rel_half_width(self.median, self.low, self.high)
 
     @property
     def wide(self) -> bool:

@@ -38,9 +38,14 @@ class Estimate:
     @property
     def rel_spread(self) -> float:
         """Half-width of the interval relative to the median (the ``±x%`` the table shows)."""
-        if self.median <= 0:
-            return math.inf
-        return max(self.high - self.median, self.median - self.low) / self.median
+        return rel_half_width(self.median, self.low, self.high)
+
+
+def rel_half_width(median: float, low: float, high: float) -> float:
+    """The wider side of ``low``–``high`` around ``median``, relative to it; infinite without a median."""
+    if median <= 0:
+        return math.inf
+    return max(high - median, median - low) / median
 
 
 def t975(df: int) -> float:

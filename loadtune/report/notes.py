@@ -49,9 +49,9 @@ def short_notes(result: ScanResult, rows: list[Row], width: int = 80) -> tuple[l
         out = [Text(f"• Every trial failed the same way: {failed[0].error.message}", style="red")]
     else:
         out = [Text(f"• {labels} failed: {message}", style="red")
-               for message, labels in grouped((c.error.message, c.config) for c in failed).items()]
+               for message, labels in grouped(((c.error.message, c.config) for c in failed), result.label).items()]
     out += [Text(f"• {labels}: {warning}", style="yellow")
-            for warning, labels in grouped((w, t.config) for t in configs for w in t.warnings).items()]
+            for warning, labels in grouped(((w, t.config) for t in configs for w in t.warnings), result.label).items()]
     out += [Text(f"• {note}", style="cyan") for note in step_notes(result)]  # what consumed the batches
     cache = storage_notes(result)
     out += [Text(f"• page cache: {note}.", style="cyan") for note in cache[:1]]
@@ -67,11 +67,12 @@ def short_notes(result: ScanResult, rows: list[Row], width: int = 80) -> tuple[l
     return [two_lines(note, width) for note in out], len(others)
 
 
-def grouped(pairs) -> dict[str, str]:
-    """Texts said of several configs, once each: text -> the configs' labels, comma-separated."""
+def grouped(pairs, label=lambda config: config.label()) -> dict[str, str]:
+    """Texts said of several configs, once each: text -> the configs' labels (``label``: the result's, which
+    shows a varying batch size as it does in the table), comma-separated."""
     out: dict[str, list[str]] = {}
     for text, config in pairs:
-        out.setdefault(first_clause(text, ". "), []).append(config.label())
+        out.setdefault(first_clause(text, ". "), []).append(label(config))
     return {text: ", ".join(labels) for text, labels in out.items()}
 
 

@@ -21,8 +21,9 @@ def print_report(console: Console, result: ScanResult, rows: list[Row] | None = 
     if not details:
         print_short(console, result, rows)
         return
-    console.print(scan_table(result, rows, console.width))
-    shown = shown_line(result, rows)
+    every = view_rows(result)
+    console.print(scan_table(result, every if rows is None else rows, console.width))
+    shown = shown_line(result, rows, len(every))
     if shown:
         console.print(shown, style="dim")
     diagnosis = diagnosis_table(result)
@@ -57,9 +58,10 @@ def scan_table(result: ScanResult, rows: list[Row] | None = None, width: int | N
     return rank_table(result, rows) if result.settings.distributed else trial_table(result, rows, width, short)
 
 
-def shown_line(result: ScanResult, rows: list[Row] | None) -> str | None:
-    """Under a filtered table: how many rows it shows, and that the ranks and the pick are the whole scan's."""
-    total = len(view_rows(result))
+def shown_line(result: ScanResult, rows: list[Row] | None, total: int | None = None) -> str | None:
+    """Under a filtered table: how many rows it shows (of ``total``, where the caller counted them), and
+    that the ranks and the pick are the whole scan's."""
+    total = len(view_rows(result)) if total is None else total
     if rows is None or len(rows) >= total:
         return None
     return f"showing {len(rows)} of {total} rows; ranks (#) and the recommendation are the whole scan's"

@@ -58,7 +58,8 @@ def trial_table(result: ScanResult, rows: list[Row] | None = None, width: int | 
     column ever wraps, never a figure. ``short``: the two-line legend of the short report."""
     rows = view_rows(result) if rows is None else rows
     dropped: list[str] = []
-    table = build_table(result, rows, dropped, short)
+    figures = race_figures(result)  # read from the race once, for every width tried
+    table = build_table(result, rows, dropped, short, figures)
     if width is None:
         return table
     console = Console(width=width)
@@ -67,15 +68,17 @@ def trial_table(result: ScanResult, rows: list[Row] | None = None, width: int | 
         if Measurement.get(console, unbounded, table).maximum <= width:
             break
         dropped.append(column)
-        table = build_table(result, rows, dropped, short)
+        table = build_table(result, rows, dropped, short, figures)
     return table
 
 
-def build_table(result: ScanResult, rows: list[Row], dropped: list[str], short: bool = False) -> Table:
-    """The table without the ``dropped`` columns; the optional ones only where the scan measured them."""
+def build_table(result: ScanResult, rows: list[Row], dropped: list[str], short: bool = False,
+                figures: tuple[dict, frozenset] | None = None) -> Table:
+    """The table without the ``dropped`` columns; the optional ones only where the scan measured them.
+    ``figures``: ``race_figures(result)``, where the caller has them."""
     rec = result.recommendation
     top = max((r.speed.median for r in rows if r.speed is not None), default=0.0)  # bars relative to the top row
-    relative, apart = race_figures(result)
+    relative, apart = figures if figures is not None else race_figures(result)
     shown = shown_columns(result, bool(relative), dropped)
     table = empty_table(shown)
     noise = run_noise(result.configs)
@@ -96,17 +99,24 @@ def short_caption(result: ScanResult, rows: list[Row], shown: list[str]) -> str:
                "wide": any(r.speed is not None and r.speed.wide for r in rows)}
     parts = ["★ pick"] + (["current: your settings (--current)"] if result.settings.current is not None else [])
     parts += [text for key, text in SHORT_PARTS.items() if key in shown or printed.get(key)]
-    text = " · ".join(parts)
+    return " · ".join(parts + column_parts(result, shown, short=True))
+
+
+def column_parts(result: ScanResult, shown: list[str], short: bool = False) -> list[str]:
+    """The legend's parts for what only some scans show: a loader's own batches of varying size, the step's
+    wait and the copy's GB/s (``short``: without the GPU's aside)."""
+    parts = []
     varying = result.varying_batches
     if varying is not None:
-        text += (f" · bs{varying.label}: the loader's own batches, of varying size: {varying.mean:.1f} samples on average "
-                 f"over the batches timed ({varying.smallest}–{varying.largest})")
+        parts.append(f"bs{varying.label}: the loader's own batches, of varying size: {varying.mean:.1f} samples on average "
+                     f"over the batches timed ({varying.smallest}–{varying.largest})")
     if "wait" in shown:
-        text += " · wait: share of the time the step waited for data"
+        gpu = " (the GPU's compute stream idle between steps)" if result.settings.device.startswith("cuda") and not short else ""
+        parts.append(f"wait: share of the time the step waited for data{gpu}")
     if "gbps" in shown:
         peak = f", pinned peak {result.h2d_peak_gbps:.1f}" if result.h2d_peak_gbps else ""
-        text += f" · GB/s: copied to the GPU per second{peak}"
-    return text
+        parts.append(f"GB/s: {'' if short else 'batches '}copied to the GPU per second{peak}")
+    return parts
 
 
 def race_figures(result: ScanResult) -> tuple[dict, frozenset]:
@@ -147,21 +157,11 @@ def table_caption(result: ScanResult, noise: RunNoise, shown: list[str], dropped
              for key, text in CAPTION_PARTS.items() if key not in dropped]
     if result.settings.current is not None:
         parts.insert(2, "current: your settings (--current)")
-    varying = result.varying_batches
-    if varying is not None:
-        parts.append(f"bs{varying.label}: the loader's own batches, of varying size: {varying.mean:.1f} samples on average "
-                     f"over the batches timed ({varying.smallest}–{varying.largest})")
     if "race" in shown:
         parts.insert(3, RACE_CAPTION)
     if any(r.speed is not None and r.speed.wide for r in rows):
         parts.insert(3, WIDE_CAPTION)
-    if "wait" in shown:
-        parts.append("wait: share of the time the step waited for data" + (
-            " (the GPU's compute stream idle between steps)" if result.settings.device.startswith("cuda") else ""))
-    if "gbps" in shown:
-        peak = f", pinned peak {result.h2d_peak_gbps:.1f}" if result.h2d_peak_gbps else ""
-        parts.append(f"GB/s: batches copied to the GPU per second{peak}")
-    return " · ".join(parts)
+    return " · ".join(parts + column_parts(result, shown))
 
 
 def race_cell(row: Row, rec, relative: dict, apart: frozenset = frozenset()) -> str:

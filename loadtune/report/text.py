@@ -29,7 +29,7 @@ def rate(value: float) -> str:
 
 
 def spread_text(est) -> str:
-    """``1,234 ±2.1%``; a spread past ±99% says nothing a reader can use, so it says "noisy"."""
+    """``1,234 ±2.1%`` (of an ``Estimate`` or a row's ``view.Speed``); a spread past ±99% says nothing a reader can use, so it says "noisy"."""
     spread = f"±{est.rel_spread:.1%}" if est.rel_spread < 0.995 else "noisy"
     return f"{rate(est.median)} {spread}"
 
@@ -42,8 +42,7 @@ def speed_text(speed) -> str:
         return f"{rate(speed.runs[0])}–{rate(speed.runs[1])} runs"
     if speed.ratio is not None:
         return rate(speed.median)
-    spread = max(speed.high - speed.median, speed.median - speed.low) / speed.median if speed.median > 0 else math.inf
-    return f"{rate(speed.median)} ±{spread:.1%}" if spread < 0.995 else f"{rate(speed.median)} noisy"
+    return spread_text(speed)
 
 
 def bar(fraction: float, width: int = BAR_WIDTH) -> str:
