@@ -1,5 +1,6 @@
 """Trials in isolated processes with real DataLoader workers: results, failures, timeouts, no orphans."""
 
+import os
 import subprocess
 import sys
 import time
@@ -48,6 +49,29 @@ def test_hang_hits_the_timeout_and_leaves_no_process_behind():
     assert trial.status == "failed" and trial.error.kind == "timeout"
     assert 4.0 <= trial.wall_s < 30  # the 4 s timeout ended it, not the hang; the rest is killing on a busy machine
     assert pids and live_group_members(pids[0]) == []  # the child and both workers are gone
+
+
+@pytest.mark.slow
+def test_a_config_with_environment_variables_is_timed_in_a_process_started_with_them(tmp_path):
+    """The heap setting as the user sets it: exported before the process starts. ``/proc/self/environ`` holds
+    the environment a process was started with (what glibc's allocator read), not later changes to it; the
+    spec's dataset reports what it found there, in the error it raises. Without the setting, the trial's
+    process started without the variables, and the scan's own environment is left as it was."""
+    if not Path("/proc/self/environ").exists():
+        pytest.skip("a process's start environment is read from /proc (Linux)")
+    spec = tmp_path / "environ.py"
+    spec.write_text(
+        "def dataset():\n"
+        "    start = dict(v.split(b'=', 1) for v in open('/proc/self/environ', 'rb').read().split(b'\\0') if b'=' in v)\n"
+        "    raise LookupError(f\"started with {start.get(b'MALLOC_MMAP_THRESHOLD_')} {start.get(b'MALLOC_TRIM_THRESHOLD_')}\")\n"
+    )
+    kept = TrialConfig(batch_size=8, num_workers=0, heap=2**22)
+    trial = run_trial(SpecRef.parse(spec), quick_request(kept))
+    assert trial.status == "failed" and "started with b'4194304' b'16777216'" in trial.error.message, trial.error
+    assert kept.environment == {"MALLOC_MMAP_THRESHOLD_": "4194304", "MALLOC_TRIM_THRESHOLD_": "16777216"}
+    plain = run_trial(SpecRef.parse(spec), quick_request(TrialConfig(batch_size=8, num_workers=0)))
+    assert "started with None None" in plain.error.message, plain.error
+    assert "MALLOC_MMAP_THRESHOLD_" not in os.environ
 
 
 @pytest.mark.slow

@@ -8,7 +8,8 @@ process's load, a slower machine or a pace that changes within seconds hit them 
 the config to the calibration is the dataset's own; its ratio to the defaults is the gain a user gets
 from the pick, side by side. Each round is a fresh process, so the rounds' spread holds what differs
 from one process to the next. With several ranks per trial the loaders are measured as trials back to
-back instead.
+back instead, and so is a config that carries environment variables (the heap setting): its process
+starts with them exported, which the defaults and the calibration beside it must not share.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def paired_round(source: SpecRef | LoadedSpec, shape: CalibrationShape, length: 
     """One round (with ``defaults`` in it unless None); even rounds start with the config before the
     calibration, odd ones the other way round."""
     config_first = index % 2 == 0
-    if request.ranks is not None:
+    if request.ranks is not None or request.config.environment:
         return back_to_back(source, calibration_for(shape, length), request, config_first, defaults)
     entry = PairedEntry(shape, length or DEFAULT_LENGTH, config_first, defaults)
     trial = run_trial(source, replace(request, entry=entry))
@@ -86,7 +87,8 @@ def round_of(trial: Trial, config_first: bool) -> PairedRound:
 
 def back_to_back(source: SpecRef | LoadedSpec, calibration: LoadedSpec, request: TrialRequest, config_first: bool,
                  defaults: TrialConfig | None = None) -> tuple[PairedRound, list[Trial]]:
-    """Several ranks: the config, the calibration (and the defaults) as trials, one after the other."""
+    """Several ranks, or a config started with its own environment: the config, the calibration (and the
+    defaults) as trials, one after the other."""
     runs = {CONFIG: (source, request), CALIBRATION: (calibration, request)}
     if defaults is not None:
         runs[DEFAULTS] = (source, replace(request, config=defaults))

@@ -5,9 +5,11 @@ its moving mmap threshold (at most 32 MiB) is mapped afresh each time, and small
 whenever the heap was trimmed after a free: each page is then faulted in anew, and the loader runs at
 one of two speeds depending on the process's history. With the mmap threshold above the batch and the
 trim threshold above that, batches stay in the heap. A training job sets both in its environment
-(``TrialConfig.environment``) before Python starts; a trial process, forked from a server whose
-allocator is already running, sets the same two parameters through ``mallopt``, which is what glibc
-does with those variables when it starts.
+(``TrialConfig.environment``) before Python starts, and so does the scan: such a config's trial is a
+fresh interpreter started with them exported (``harness.context_for``), so that it is measured as the
+user will run it (``benchmarks/heap_env.py`` read the two ways apart by more than the ±5% that would
+let one stand for the other). Only a dataset given as an in-memory object that must be forked gets the
+same two parameters here, through ``mallopt``, which is what glibc does with the variables at its start.
 """
 
 from __future__ import annotations

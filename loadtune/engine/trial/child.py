@@ -117,8 +117,8 @@ def _child(source: SpecRef | LoadedSpec | Parcel, request: TrialRequest | None, 
         else:
             forget_inherited_fork_server()
         multiprocessing.set_start_method(request.start_method, force=True)
-        if request.config.heap:  # before the loader allocates: its batches come from the heap
-            env = request.config.environment
+        if request.config.heap and not started_with(request.config.environment):  # a forked child: set as glibc
+            env = request.config.environment  # would have at its start, before the loader allocates
             keep_in_heap(int(env["MALLOC_MMAP_THRESHOLD_"]), int(env["MALLOC_TRIM_THRESHOLD_"]))
         if request.prelude is not None:
             request.prelude()
@@ -136,6 +136,11 @@ def _child(source: SpecRef | LoadedSpec | Parcel, request: TrialRequest | None, 
             pass
     finally:
         conn.close()
+
+
+def started_with(environment: dict[str, str]) -> bool:
+    """This process was started with ``environment`` exported (``harness.exported``): glibc read it at start."""
+    return all(os.environ.get(name) == value for name, value in environment.items())
 
 
 def measure_trial(run: TrialRun) -> None:

@@ -44,16 +44,37 @@ OnEvent = Callable[[Kind, Any], None]
 LOG_TAIL_CHARS = 2000
 
 
-def context_for(source: SpecRef | LoadedSpec, device: str = "cpu"):
+def context_for(source: SpecRef | LoadedSpec, device: str = "cpu", environment: dict[str, str] | None = None):
     """forkserver (torch preloaded) for spec files; fork for in-memory objects, which may not pickle —
     except on a CUDA device: CUDA does not survive a fork from a process that has used it (as the
     caller's usually has), so there in-memory objects are pickled too (``plan.prepare`` checks they can be).
     Specs known to pickle (``LoadedSpec.picklable``) always go through the fork server: a fork inherits
-    the caller's torch thread pools, which deadlock in the child once the caller has used them."""
+    the caller's torch thread pools, which deadlock in the child once the caller has used them.
+    A config with ``environment`` (the heap setting's ``MALLOC_*`` variables) starts a fresh interpreter
+    (spawn) with them exported, as the user's training process starts; only an in-memory object that must
+    be forked gets them through ``mallopt`` in the running child instead (``child._child``)."""
     methods = multiprocessing.get_all_start_methods()
     if isinstance(source, LoadedSpec) and not source.picklable and "fork" in methods and not device.startswith("cuda"):
         return multiprocessing.get_context("fork")
+    if environment:
+        return multiprocessing.get_context("spawn")
     return fork_server_context() or multiprocessing.get_context("spawn")
+
+
+@contextlib.contextmanager
+def exported(environment: dict[str, str]):
+    """``environment`` in this process's environment for the instant a spawned child starts (it inherits
+    it at exec, its workers from it), as it was before afterwards."""
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager
@@ -217,7 +238,7 @@ class TrialProcess:
     def __init__(self, source: SpecRef | LoadedSpec, request: TrialRequest):
         """Raises ``TrialFailure`` when what the trial runs cannot be pickled for its start method."""
         self.request = request
-        self.ctx = context_for(source, request.device)
+        self.ctx = context_for(source, request.device, request.config.environment)
         method = self.ctx.get_start_method()
         args = (source, request) if method == "fork" else (Parcel.pack(source, request, method), None)
         self.conn, self.child_end = self.ctx.Pipe()  # duplex: the parent acknowledges the child's MEASURED
@@ -232,8 +253,10 @@ class TrialProcess:
     def start(self, on_event: OnEvent | None) -> None:
         if self.request.timing.cache is not None:  # the page cache's state the trial is timed in, set before it starts
             self.request.timing.cache.before_run()
-        forked = self.ctx.get_start_method() == "fork"  # a fork imports nothing; hidden in it, ``__main__`` would stay hidden
-        with main_module_hidden() if not forked else contextlib.nullcontext(), sigint_held():
+        method = self.ctx.get_start_method()
+        forked = method == "fork"  # a fork imports nothing; hidden in it, ``__main__`` would stay hidden
+        environment = self.request.config.environment if method == "spawn" else {}
+        with main_module_hidden() if not forked else contextlib.nullcontext(), sigint_held(), exported(environment):
             self.proc.start()
         self.child_end.close()
         if on_event:
