@@ -419,7 +419,8 @@ def test_the_heap_setting_of_a_loader_the_race_met_joins_only_where_it_moves_tha
 
 def test_a_config_that_joins_races_its_own_first_legs_and_is_picked_where_it_ties():
     """On a wandering machine, w2 joins the race after its first legs and races two of its own beside the
-    leader; tied with w4 side by side, it is the pick, and a note says it joined. Only one joins (w1,
+    leader and PyTorch's defaults (the baseline: picked, its gain over them must be side by side from its
+    first leg); tied with w4 side by side, it is the pick, and a note says it joined. Only one joins (w1,
     cheaper still, does not follow it): each costs legs. The turns' own noise is low here: how precise
     a race's ratios are is other tests' matter."""
     result = empty_result()
@@ -428,11 +429,15 @@ def test_a_config_that_joins_races_its_own_first_legs_and_is_picked_where_it_tie
     run, trials, legs = simulated_run(truth, seed=5, paces=WANDERING, trials=result.trials, block_noise=0.01, drift=0.01)
     run.pick = lambda: recommend(result.trials, FLOOR).config
     run.challenger = lambda racing: challenger(result, racing, run.pick(), FLOOR, 10 * 2**30)
+    run.baseline = lambda: W0
     race(trials, [W4, W0], RacePolicy(FLOOR, 6), run)
     assert legs[:MIN_LEGS] == [[W4, W0]] * MIN_LEGS
     joined = [n for n, leg in enumerate(legs) if W2 in leg]
     assert len(joined) >= MIN_LEGS and joined[0] >= MIN_LEGS and all(W4 in legs[n] for n in joined)
-    assert recommend(result.trials, FLOOR).config == W2 and not any(W1 in leg for leg in legs)
+    assert all(W0 in legs[n] for n in joined[:MIN_LEGS])  # the baseline beside it from its first leg
+    rec = recommend(result.trials, FLOOR)
+    assert rec.config == W2 and not any(W1 in leg for leg in legs)
+    assert rec.baseline == W0 and rec.speedup_pairs >= MIN_LEGS * 4  # the gain from its own legs, side by side
     assert "w2 pf2 persist bs32 (from leg 3)" in joined_note(trials, [W4, W0])
     assert joined_note(trials, [W4, W0, W2]) is None
 
@@ -459,6 +464,18 @@ def test_runs_alone_that_a_wandering_machine_moved_do_not_unsettle_a_race_unless
     v = verdict(trials, FLOOR)
     standing = v.standing(W0) if v.leader == W2 else v.standing(W2)
     assert (standing.unsettled is not None) == fresh, standing.unsettled
+
+
+def test_a_pick_that_never_met_the_baseline_races_it_next():
+    """w4 and the defaults raced two legs; w2 joined for two of its own beside w4 alone and ties it, so it
+    is the pick, and its gain over the defaults would be a product of two legs' ratios: the next leg puts
+    it beside them. Without the baseline named, the race is over (w2 tied, the defaults clearly slower)."""
+    rng = random.Random(4)
+    trials = [t for n in (1, 2) for t in simulated_leg({W4: 400.0, W0: 280.0}, n, rng, block_noise=0.01)]
+    trials += [t for n in (3, 4) for t in simulated_leg({W4: 400.0, W2: 400.0}, n, rng, block_noise=0.01)]
+    policy = RacePolicy(FLOOR, 8)
+    assert policy.racing(trials, [W4, W0], pick=W2) == []
+    assert policy.racing(trials, [W4, W0], pick=W2, baseline=W0)[:2] == [W2, W0]
 
 
 def test_a_resumed_race_goes_on_from_its_legs():

@@ -392,16 +392,19 @@ class RacePolicy:
     racers: int = MAX_RACERS
 
     def racing(self, trials: list[Trial], entrants: list[TrialConfig], pick: TrialConfig | None = None,
-               challenger: Callable[[list[TrialConfig]], TrialConfig | None] | None = None) -> list[TrialConfig]:
+               challenger: Callable[[list[TrialConfig]], TrialConfig | None] | None = None,
+               baseline: TrialConfig | None = None) -> list[TrialConfig]:
         """Who runs the next leg: ``entrants`` until the race has a verdict (a leg cut short has none),
         every config raced so far until ``min_legs`` legs are run (``max_legs`` permitting), then the
         leader, the undecided that one more leg could decide, and ``pick`` (a raced config; else the
         leader) with those whose ratio to it is wider than ``wide`` where one more leg would narrow it
         (``next_leg``); a config that joined late races its own first legs beside the best of those
-        that ran theirs (and the leader and the pick, racers permitting). Where a racer's slot is free
-        and the legs left hold a newcomer's first legs, ``challenger`` (given who would race) may name a
-        config to join; one, at most, as each costs legs of its own. Empty: the race is over, whatever
-        the legs left."""
+        that ran theirs and the raced ``baseline`` (PyTorch's defaults or the user's settings: the gain
+        over it is the headline, and a joiner that becomes the pick must have met it from its first
+        leg), then the leader and the pick, racers permitting. A pick that never shared a leg with the
+        raced baseline races it next. Where a racer's slot is free and the legs left hold a newcomer's
+        first legs, ``challenger`` (given who would race) may name a config to join; one, at most, as
+        each costs legs of its own. Empty: the race is over, whatever the legs left."""
         current = verdict(trials, self.floor)
         if current is None:
             return entrants
@@ -410,17 +413,22 @@ class RacePolicy:
         if run < self.first_legs:
             return raced
         pick = pick if pick in raced else current.leader
-        going = next_leg(current, self.wide, self.floor, self.pairs_per_leg, pick, relative_to(trials, pick),
-                         self.max_legs - run)
+        to_pick = relative_to(trials, pick)
+        going = next_leg(current, self.wide, self.floor, self.pairs_per_leg, pick, to_pick, self.max_legs - run)
+        base = [baseline] if baseline in raced and baseline != pick else []
         young = [c for c in raced if legs_raced(trials, c) < self.first_legs]
         if young:  # beside the best of those that ran their first legs: its ratio to them is the one it lacks
             best = [c for c in current.order if c not in young][:1]
-            going = list(dict.fromkeys([*best, *young, current.leader, pick, *going]))[:self.racers]
+            going = list(dict.fromkeys([*best, *young, *base, current.leader, pick, *going]))[:self.racers]
+        elif base and baseline not in to_pick:  # the gain over the baseline is no paired figure yet
+            going = list(dict.fromkeys([pick, baseline, *going]))[:self.racers]
         if challenger is not None and set(raced) <= set(entrants) and self.max_legs - run >= self.first_legs:
-            base = going or list(dict.fromkeys([current.leader, pick]))
-            joining = challenger(base) if len(base) < self.racers else None
+            beside = going or list(dict.fromkeys([current.leader, pick]))
+            if len(beside) < self.racers:  # the baseline too, where a slot is left beside the newcomer's
+                beside = list(dict.fromkeys([*beside, *base]))[:self.racers - 1]
+            joining = challenger(beside) if len(beside) < self.racers else None
             if joining is not None and joining not in raced:
-                going = [*base, joining]
+                going = [*beside, joining]
         return going
 
     @property

@@ -75,6 +75,7 @@ class RaceRun:
     pick: Callable[[], TrialConfig | None] = lambda: None  # the pick so far (the race's leader if none)
     # given who would race the next leg, a config left out that may join it (``search.race.challenger``)
     challenger: Callable[[list[TrialConfig]], TrialConfig | None] | None = None
+    baseline: Callable[[], TrialConfig | None] = lambda: None  # what the pick's gain is over (defaults or --current)
 
 
 def race(trials: list[Trial], entrants: list[TrialConfig], policy: RacePolicy, race_run: RaceRun) -> str:
@@ -83,7 +84,7 @@ def race(trials: list[Trial], entrants: list[TrialConfig], policy: RacePolicy, r
     how it ended: "decided", "futile" (those left undecided sit so near the noise floor that another leg
     could not decide them), "legs" (its legs were spent), "budget" or "failed"."""
     number = policy.legs_run(trials)
-    configs = policy.racing(trials, entrants, race_run.pick(), race_run.challenger)
+    configs = policy.racing(trials, entrants, race_run.pick(), race_run.challenger, race_run.baseline())
     last_wall = race_run.share_s
     while len(configs) >= 2:
         if number >= policy.max_legs:
@@ -96,7 +97,7 @@ def race(trials: list[Trial], entrants: list[TrialConfig], policy: RacePolicy, r
         if not any(t.ok for t in leg):
             return "failed"
         last_wall = sum(t.wall_s for t in leg) / len(leg)
-        configs = (policy.racing(trials, entrants, race_run.pick(), race_run.challenger)
+        configs = (policy.racing(trials, entrants, race_run.pick(), race_run.challenger, race_run.baseline())
                    if verdict(trials, policy.floor) is not None else [])
     current = verdict(trials, policy.floor)
     if current is not None and current.undecided:  # those left rest: another leg could not decide them

@@ -307,7 +307,8 @@ def race_contenders(run: Run) -> None:
     pick = lambda: result.recommendation.config if result.recommendation else None
     share = measured_leg_s(opts, result.trials, len(chosen.configs), policy.pairs_per_leg) / max(1, len(chosen.configs))
     joins = lambda racing: challenger(result, racing, pick(), opts.noise_floor, limit)
-    how = race(result.trials, chosen.configs, policy, RaceRun(leg, fits, recorded, share, pick, joins))
+    baseline = lambda: result.recommendation.baseline if result.recommendation else None
+    how = race(result.trials, chosen.configs, policy, RaceRun(leg, fits, recorded, share, pick, joins, baseline))
     if how == "budget" and not any(t.raced for t in result.trials):
         result.notes.append(f"no race: its first leg would exceed the {opts.budget:g} s budget; the pick comes from "
                             "the screening's trials, each timed alone")
