@@ -5,6 +5,7 @@ workers hand batches over).
 Tests that start processes (trials, CLI subprocesses, DataLoader workers, scans) are marked ``slow``:
 ``pytest -m "not slow"`` runs the rest, pure and quick."""
 
+import contextlib
 import functools
 import os
 import random
@@ -228,7 +229,11 @@ def no_leaked_processes():
     while stray_children() and time.monotonic() < deadline:
         time.sleep(0.05)
     strays = stray_children()
-    assert not strays, f"processes left behind: {[(p.pid, p.cmdline()) for p in strays]}"
+    left = [(p.pid, p.cmdline()) for p in strays]
+    for proc in strays:  # reported here, once: left alive, they would fail every later test too
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    assert not strays, f"processes left behind (now killed): {left}"
 
 
 def pytest_collection_modifyitems(config, items):
