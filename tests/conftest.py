@@ -23,6 +23,7 @@ from loadtune.analysis.against import judge_against
 from loadtune.analysis.verdict import judge
 from loadtune.engine.machine import collect
 from loadtune.engine.trial.setup import LoaderOptions, Timing
+from loadtune.engine.trial.harness import group_members, still_running
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.model.against import DuetRound
 from loadtune.model.check import INCONCLUSIVE, NO_BASE, NOTHING, PASS, REGRESSION
@@ -199,14 +200,7 @@ def stray_children():
 def live_group_members(pgid):
     """Processes of the trial's session still running (killed ones may linger as zombies until
     init reaps them: dead, holding no memory)."""
-    members = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                members.append(proc.pid)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return members
+    return [proc.pid for proc in group_members(pgid) if still_running(proc)]
 
 
 def shm_entries():

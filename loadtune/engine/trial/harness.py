@@ -103,11 +103,14 @@ def sigint_held():
 
 def kill_group(pid: int, wait_s: float = 5.0) -> None:
     """SIGKILL the trial's whole session (the child and every worker it started) and wait until
-    they are dead: no process of the trial outlives ``run_trial``."""
+    they are dead: no process of the trial outlives ``run_trial``. Waited for are the group's members
+    as well as the child's descendants: a worker whose parent died first is init's child by then, and
+    a large process can take a while to unmap its memory after SIGKILL."""
     try:
         members = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         members = []
+    members += group_members(pid)
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -115,6 +118,18 @@ def kill_group(pid: int, wait_s: float = 5.0) -> None:
     deadline = time.monotonic() + wait_s
     while any(still_running(p) for p in members) and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """The processes of process group ``pgid``, whoever their parent is now."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                found.append(proc)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return found
 
 
 def remove_orphaned_shared_memory(since: float) -> None:
