@@ -748,3 +748,51 @@ def test_a_wide_ratio_races_on_where_the_legs_left_reach_the_precision_or_one_mo
     assert worth_a_leg(disagree, WIDE, PAIRS_PER_LEG, legs_left=1)  # a t(1) interval: one more leg halves it
     assert worth_a_leg(steady, WIDE, PAIRS_PER_LEG, legs_left=8) and not worth_a_leg(steady, WIDE, PAIRS_PER_LEG, legs_left=2)
     assert not worth_a_leg(steady, WIDE, PAIRS_PER_LEG, legs_left=0)
+
+
+def refereed(race_rates: dict, solo_rates: dict, alone_rates: dict, rounds_fit: int = 10, seed: int = 3):
+    """A race of W0 and W2 whose legs read ``race_rates``, runs alone at ``solo_rates``, and the referee's
+    trials (``engine.referee``) drawn at ``alone_rates`` with a process-to-process spread of ±3%."""
+    from loadtune.engine.referee import referee
+    rng = random.Random(seed)
+    trials = [fake_trial(c, r) for c, r in solo_rates.items()] + race_trials(race_rates, legs=3, seed=seed, block_noise=0.02)
+    fitting = iter(range(rounds_fit, -1, -1))
+    rounds = referee(trials, FLOOR, lambda c: fake_trial(c, alone_rates[c] * math.exp(rng.gauss(0, 0.03)), rng=rng),
+                     lambda n: next(fitting) > 0, trials.extend)
+    return trials, rounds
+
+
+def test_a_race_the_runs_alone_contradict_is_measured_again_alone_and_the_rounds_rule():
+    """A copy-on-write dataset's race read w0 at 1.00x w2 where their runs alone read 0.72x (plain loops:
+    0.79x). The pair is timed again alone, back to back in fresh processes, until the rounds place it
+    against the floor; the verdict, the pick and the gain read the rounds, and the note says which
+    reading held."""
+    from loadtune.analysis.race import disputes, referee_note, referee_ratio
+    solo = [fake_trial(W0, 720.0), fake_trial(W2, 1000.0)]
+    trials = solo + race_trials({W0: 1000.0, W2: 1000.0}, legs=3, seed=2, block_noise=0.02)
+    assert set(disputes(trials, verdict(trials, FLOOR))[0]) == {W0, W2}
+    trials, rounds = refereed({W0: 1000.0, W2: 1000.0}, {W0: 720.0, W2: 1000.0}, {W0: 790.0, W2: 1000.0})
+    assert rounds == 3 and sorted(t.referee for t in trials if t.referee) == [1, 1, 2, 2, 3, 3]
+    ruled = referee_ratio(trials, W0, W2)
+    assert ruled.high < 0.9 and race_ratio(trials, W0, W2) == ruled  # the rounds' reading is the pair's from now on
+    v = verdict(trials, FLOOR)
+    assert v.leader == W2 and v.standing(W0).status == SLOWER
+    assert not disputes(trials, v)  # refereed once: never again
+    rec = recommend(trials, FLOOR)
+    assert rec.config == W2 and rec.baseline == W0 and rec.speedup_low > 1.1
+    note = referee_note(trials)
+    assert "the race read 1.0" in note and "the runs alone 0.72×" in note and "the runs alone held" in note
+
+
+def test_a_race_the_rounds_alone_confirm_is_kept_and_an_unruled_pair_keeps_the_race():
+    from loadtune.analysis.race import leg_ratio, referee_note
+    trials, rounds = refereed({W0: 1000.0, W2: 1000.0}, {W0: 720.0, W2: 1000.0}, {W0: 1000.0, W2: 1000.0})
+    assert 3 <= rounds <= 5 and "the race held" in referee_note(trials)
+    trials, rounds = refereed({W0: 1000.0, W2: 1000.0}, {W0: 720.0, W2: 1000.0}, {W0: 790.0, W2: 1000.0}, rounds_fit=1)
+    assert rounds == 1 and race_ratio(trials, W0, W2) == leg_ratio(trials, W0, W2)  # one round rules nothing
+    assert "1 round alone, too few to rule" in referee_note(trials)
+
+
+def test_a_race_its_runs_alone_agree_with_is_not_refereed():
+    _, rounds = refereed({W0: 700.0, W2: 1000.0}, {W0: 720.0, W2: 1000.0}, {W0: 790.0, W2: 1000.0})
+    assert rounds == 0

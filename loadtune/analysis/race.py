@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadtune.analysis.budget import RaceClock, narrowing
-from loadtune.analysis.comparison import UNDECIDED, Comparison, after_more, compare
+from loadtune.analysis.comparison import UNDECIDED, Comparison, after_more, compare, singly
 from loadtune.analysis.footprint import fault_regimes, fresh_text, takes_fresh_pages
 from loadtune.analysis.noise import RunNoise, alone, long_run, run_noise
 from loadtune.analysis.stats import Ratio, ratio
@@ -57,6 +57,10 @@ LEADER = "leader"
 # states rather than drift: a leg reads a few percent low beside a lighter neighbour, the allocator's states
 # 1.5-3.5x apart (benchmarks/RESULTS.md, "Fresh pages")
 REGIME_GAP = 0.15
+# how far a race's ratio and the same pair's runs alone may read apart (points) before the pair is
+# measured again alone (``disputes``), and the rounds of that measurement that settle it
+DISPUTE_GAP = 0.15
+REFEREE_LEAST = 3
 
 
 @dataclass(frozen=True)
@@ -125,15 +129,98 @@ def pair_logs(a: Trial, b: Trial) -> list[float]:
     return out
 
 
-def race_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Comparison | None:
-    """``a / b`` from every leg that raced both, each leg's turn pairs a group (``analysis.comparison``);
-    None before ``MIN_PAIRS`` turn pairs."""
+def leg_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Comparison | None:
+    """``a / b`` side by side in the race: every leg that raced both, each leg's turn pairs a group
+    (``analysis.comparison``); None before ``MIN_PAIRS`` turn pairs."""
     groups = []
     for leg in legs(trials).values():
         ta, tb = leg.get(a), leg.get(b)
         if ta is not None and tb is not None and ta.ok and tb.ok:
             groups.append(pair_logs(ta, tb))
     return compare(groups, least=MIN_PAIRS)
+
+
+def race_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Comparison | None:
+    """``a / b`` as the scan rules it: from the referee's rounds where the pair was measured again alone
+    (``referee_ratio``: the race and the runs alone disagreed, and the rounds settled which held), else
+    side by side in the race (``leg_ratio``)."""
+    return referee_ratio(trials, a, b) or leg_ratio(trials, a, b)
+
+
+def referee_logs(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> list[float]:
+    """log(a / b) in each referee round that measured both: two trials of their own, one after the
+    other in fresh processes (``Trial.referee``, the round's number)."""
+    rounds: dict[int, dict[TrialConfig, float]] = {}
+    for t in trials:
+        if t.referee and t.config in (a, b) and t.estimate is not None and t.estimate.median > 0:
+            rounds.setdefault(t.referee, {})[t.config] = t.estimate.median
+    return [math.log(r[a] / r[b]) for r in rounds.values() if a in r and b in r]
+
+
+def referee_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Comparison | None:
+    """``a / b`` from the referee's rounds (``referee_logs``), each round a process pair of its own;
+    None before ``REFEREE_LEAST`` rounds."""
+    return compare(singly(referee_logs(trials, a, b)), least=REFEREE_LEAST)
+
+
+def solo_point(a: ConfigResult, b: ConfigResult) -> float | None:
+    """``a / b`` from their runs timed alone (their medians), where both have one."""
+    solo = [alone(c) for c in (a, b)]
+    if not all(any(t.ok and not t.raced for t in c.trials) and c.estimate is not None for c in solo):
+        return None
+    return solo[0].estimate.median / solo[1].estimate.median
+
+
+def disputes(trials: list[Trial], v: RaceVerdict | None) -> list[tuple[TrialConfig, TrialConfig]]:
+    """The raced configs, each with the leader, whose race ratio and runs alone read more than
+    ``DISPUTE_GAP`` apart (their points: the runs alone's intervals are often too wide to disagree
+    beyond) and that the referee has not measured yet. A reading that holds only in the race's
+    processes says nothing of training's (a race read a copy-on-write dataset's w0 at 1.00x w2, its
+    runs alone 0.72x, plain loops 0.79x), and which of the two held is measured, not voted: the pair
+    timed again alone, in fresh processes, back to back (``engine.referee``). Pairs where one config's
+    speed follows its allocator's state are left out: their runs differ by that state (``unsettled``)."""
+    if v is None:
+        return []
+    by = {c.config: c for c in by_config(trials)}
+    regimes = allocator_regimes(trials, by, raced_configs(trials))
+    out = []
+    for s in v.standings:
+        a, b = s.config, v.leader
+        if s.status == LEADER or a in regimes or b in regimes or referee_logs(trials, a, b):
+            continue
+        raced, solo = leg_ratio(trials, a, b), solo_point(by[a], by[b])
+        if raced is not None and solo is not None and abs(math.log(raced.value / solo)) > math.log(1 + DISPUTE_GAP):
+            out.append((a, b))
+    return out
+
+
+def referee_note(trials: list[Trial]) -> str | None:
+    """What the scan says of each pair it refereed: the race's reading, the runs' alone, the rounds',
+    and which of the first two held (the nearer to the rounds, in the log)."""
+    pairs = list(dict.fromkeys(tuple(sorted((t.config for t in trials if t.referee == r), key=lambda c: c.key))
+                               for r in {t.referee for t in trials if t.referee}))
+    by = {c.config: c for c in by_config([t for t in trials if not t.referee])}
+    parts = []
+    for pair in pairs:
+        if len(pair) != 2:
+            continue
+        a, b = pair
+        ruled, raced = referee_ratio(trials, a, b), leg_ratio(trials, a, b)
+        solo = solo_point(by[a], by[b]) if a in by and b in by else None
+        if raced is None or solo is None:
+            continue
+        said = f"{a.label()} / {b.label()}: the race read {raced.value:.2f}×, the runs alone {solo:.2f}×; "
+        if ruled is None:
+            rounds = len(referee_logs(trials, a, b))
+            parts.append(said + f"{rounds} round{'s' if rounds != 1 else ''} alone, too few to rule (the budget, or a "
+                         "failed trial): the race's reading stands")
+            continue
+        held = "the runs alone" if abs(math.log(solo / ruled.value)) < abs(math.log(raced.value / ruled.value)) else "the race"
+        parts.append(said + f"{ruled.pairs} rounds alone in fresh processes read {ruled.text()}: {held} held")
+    if not parts:
+        return None
+    return ("measured again where the race and the runs alone disagreed by more than "
+            f"{DISPUTE_GAP:.0%}, and ruled by those rounds: " + "; ".join(parts))
 
 
 def leader_of(trials: list[Trial], configs: list[TrialConfig]) -> TrialConfig | None:

@@ -23,11 +23,12 @@ from loadtune.engine import storage as storage_mod
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
 from loadtune.analysis.budget import STARTUP_S, WARMUP_SHARE, RaceClock, mean_leg_s, measured_leg_s, screening_blocks
-from loadtune.analysis.race import joined_note, precision_note, unsettled_configs, unsettled_note
+from loadtune.analysis.race import joined_note, precision_note, referee_note, unsettled_configs, unsettled_note
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.engine.plan import DEFAULT_BATCH_SIZE, Plan, prepare, race_policy, races, resume_from
 from loadtune.engine.race import RaceRun, ending_note, race, run_leg
 from loadtune.engine.reference import record_reference
+from loadtune.engine.referee import referee
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.engine.trial.protocol import TrialRequest
@@ -312,14 +313,36 @@ def race_contenders(run: Run) -> None:
     if how == "budget" and not any(t.raced for t in result.trials):
         result.notes.append(f"no race: its first leg would exceed the {opts.budget:g} s budget; the pick comes from "
                             "the screening's trials, each timed alone")
+    refereed = referee_disputes(run)
     final = race_verdict(result.trials, opts.noise_floor)
-    notes = [ending_note(how, final, opts.race_legs), unsettled_note(result.trials, final),
-             joined_note(result.trials, chosen.configs)]
+    notes = [ending_note(how, final, opts.race_legs) if not refereed else None, unsettled_note(result.trials, final),
+             joined_note(result.trials, chosen.configs), referee_note(result.trials)]
     if pick() is not None and any(t.raced for t in result.trials):
         clock = RaceClock(mean_leg_s(result.trials), run.spent_s, opts.budget, opts.race_legs, expected_trial_s(result, opts))
         notes.append(precision_note(result.trials, pick(), policy.wide, policy.pairs_per_leg, policy.legs_run(result.trials),
                                     unsettled_configs(final), clock))
     result.notes += [n for n in notes if n and n not in result.notes]
+
+
+def referee_disputes(run: Run) -> int:
+    """Pairs whose race ratio and runs alone disagree, timed again alone in fresh processes, back to
+    back (``engine/referee.py``), within the budget. Returns the rounds run."""
+    result, opts, observer = run.plan.result, run.plan.options, run.observer
+
+    def run_alone(config: TrialConfig) -> Trial:
+        if observer:
+            observer.trial_started(len(result.trials), config, 1)
+        return run_trial(run.plan.source, screening(run.request_for(config), opts), observer.trial_event if observer else None)
+
+    def recorded(trials: list[Trial]) -> None:
+        for trial in trials:
+            result.trials.append(trial)
+            result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory, result.settings.current)
+            if observer:
+                observer.trial_finished(len(result.trials) - 1, trial, result)
+        run.save()
+
+    return referee(result.trials, opts.noise_floor, run_alone, run.fits, recorded)
 
 
 def run_quietly(run: Run, config: TrialConfig, round_: int) -> Trial:

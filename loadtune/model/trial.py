@@ -166,6 +166,9 @@ class Trial:
     # the race's leg (1, 2, ...; 0: not raced): this config's blocks, block i timed in turn i beside the
     # other raced configs' block i, each config in a live process of its own (engine/race.py)
     leg: int = 0
+    # the referee's round (1, 2, ...; 0: none): this config timed alone in a fresh process right before or
+    # after the other config of a pair whose race ratio and runs alone disagreed (engine/referee.py)
+    referee: int = 0
 
     @property
     def raced(self) -> bool:

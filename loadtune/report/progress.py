@@ -156,7 +156,9 @@ class LineProgress:
         pass
 
     def trial_finished(self, index: int, trial: Trial, result: ScanResult) -> None:
-        if trial.round:
+        if trial.referee:
+            what = f"measured again alone (round {trial.referee})"
+        elif trial.round:
             what = f"confirming (round {trial.round})"
         else:
             self.done += 1

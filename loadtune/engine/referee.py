@@ -1,0 +1,56 @@
+"""The referee: a pair whose race ratio and runs alone disagree, measured again alone.
+
+A race compares loaders alive side by side; the screening times each alone. Where the two read a
+pair more than ``analysis.race.DISPUTE_GAP`` apart, one of them measured something training will
+not see, and the scan does not outvote either: it times the pair again the way a user's own loop
+runs, each config alone in a fresh trial process, the two back to back in an order that alternates
+from round to round (a b, b a, ...), so the machine's drift hits both alike. Each round's ratio of
+the two medians is one observation (``analysis.race.referee_ratio``); from then on the pair's ratio
+is the rounds', which the verdict, the pick and the gain read (``analysis.race.race_ratio``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from loadtune.analysis.comparison import UNDECIDED
+from loadtune.analysis.race import REFEREE_LEAST, disputes, referee_ratio, verdict
+from loadtune.model.config import TrialConfig
+from loadtune.model.trial import Trial
+
+MAX_ROUNDS = 5  # rounds at most for one pair: past ``REFEREE_LEAST``, only while the ratio is undecided
+MAX_PAIRS = 2  # pairs refereed at most in one scan
+
+
+def referee(trials: list[Trial], floor: float, run_alone: Callable[[TrialConfig], Trial],
+            fits: Callable[[int], bool], recorded: Callable[[list[Trial]], None]) -> int:
+    """Referee each disputed pair of the race (``analysis.race.disputes``) while ``fits`` (given the
+    trials a round takes) allows: ``REFEREE_LEAST`` rounds, then more, up to ``MAX_ROUNDS``, while the
+    ratio cannot yet be placed against the floor. ``run_alone`` times one config in a fresh process;
+    ``recorded`` keeps a round's two trials. Returns the rounds run."""
+    done = 0
+    number = max((t.referee for t in trials), default=0)
+    for a, b in disputes(trials, verdict(trials, floor))[:MAX_PAIRS]:
+        for r in range(MAX_ROUNDS):
+            if r >= REFEREE_LEAST and placed(trials, a, b, floor):
+                break
+            if not fits(2):
+                break
+            number += 1
+            pair = []
+            for config in ((a, b) if r % 2 == 0 else (b, a)):
+                trial = run_alone(config)
+                trial.referee = number
+                pair.append(trial)
+            recorded(pair)
+            done += 1
+            if not all(t.ok for t in pair):
+                break
+    return done
+
+
+def placed(trials: list[Trial], a: TrialConfig, b: TrialConfig, floor: float) -> bool:
+    """Whether the rounds place the pair against the floor: one clearly slower than the other (either
+    way round), or the two tied; or no ratio to place (a failed round)."""
+    ruled = [referee_ratio(trials, x, y) for x, y in ((a, b), (b, a))]
+    return any(r is None or r.against_floor(floor) != UNDECIDED for r in ruled)
