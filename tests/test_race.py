@@ -5,6 +5,7 @@ difference, identical configs), the legs' orchestration with simulated legs, the
 import json
 import math
 import random
+import sys
 from dataclasses import replace
 
 import pytest
@@ -796,3 +797,30 @@ def test_a_race_the_rounds_alone_confirm_is_kept_and_an_unruled_pair_keeps_the_r
 def test_a_race_its_runs_alone_agree_with_is_not_refereed():
     _, rounds = refereed({W0: 700.0, W2: 1000.0}, {W0: 720.0, W2: 1000.0}, {W0: 790.0, W2: 1000.0})
     assert rounds == 0
+
+
+@pytest.mark.slow
+def test_a_scan_whose_race_its_runs_alone_contradict_times_the_pair_again_alone(tmp_path):
+    """contested.py's loader without workers runs three times slower while another of its trial processes
+    lives: in the race, never alone. The race and the runs alone disagree far beyond any noise; the pair
+    is timed again alone, back to back, and those rounds side with the runs alone."""
+    import shutil
+
+    from loadtune.analysis.race import leg_ratio, referee_ratio
+    from loadtune.engine.scan import scan
+    from loadtune.report.table import trial_table
+    from rich.console import Console
+
+    shutil.copy(SPECS / "contested.py", tmp_path / "contested.py")
+    result = scan(str(tmp_path / "contested.py"), json_path=tmp_path / "r.json", race_legs=2, reference_rounds=0,
+                  diagnose=False)
+    w0, w2 = TrialConfig(16, 0), replace(W2, batch_size=16)
+    rounds = {t.referee for t in result.trials if t.referee}
+    assert len(rounds) >= 3 and {t.config for t in result.trials if t.referee} == {w0, w2}
+    raced, ruled = leg_ratio(result.trials, w0, w2), referee_ratio(result.trials, w0, w2)
+    assert raced.value < 0.8 * ruled.value  # three times the cost beside the other loader: the race read it far lower
+    assert any("the runs alone held" in n for n in result.notes)
+    console = Console(width=80, record=True)
+    console.print(trial_table(result, width=80))
+    assert "†" in console.export_text()
+    sys.modules.pop("contested", None)

@@ -177,13 +177,13 @@ def scan_header(result: ScanResult) -> str:
 def race_bars(result: ScanResult, rows: list[Row]) -> list[Interval]:
     """The race's ratios to the pick, in the table's order and with the table's figures (``race_cell``); an
     unsettled ratio without a bar, as the table gives it none."""
-    relative, apart = race_figures(result)
+    relative, apart, ruled = race_figures(result)
     if not relative:  # the table then shows no "vs pick" column either
         return []
     rec = result.recommendation
     bars = []
     for row in rows:
-        cell = race_cell(row, rec, relative, apart)  # empty for a row the race did not hold
+        cell = race_cell(row, rec, relative, apart, ruled)  # empty for a row the race did not hold
         if not cell:
             continue
         config = row.config.config

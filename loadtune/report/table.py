@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, long_run, run_noise, spans_runs
-from loadtune.analysis.race import relative_to, unsettled_configs
+from loadtune.analysis.race import referee_ratio, relative_to, unsettled_configs
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.recommend import noise_floor_of
 from loadtune.analysis.view import Row, rows as view_rows, too_wide
@@ -31,6 +31,9 @@ RACE_CAPTION = ("vs pick: throughput relative to the pick, measured side by side
                 "short blocks taking turns), with its 95% interval over the turn pairs; a raced row's samples/s is the "
                 "pick's times that ratio, the others' come from their runs timed alone (\"timed alone\": not raced, and faster than a raced row "
                 "above it, which it never met side by side)")
+RULED_CAPTION = ("†: the race and the runs alone disagreed, so the two were timed again alone, back to back in fresh "
+                 "processes; the ratio is those rounds' (see the notes)")
+SHORT_RULED = "†: the race and the runs alone disagreed: the ratio of rounds timed alone"
 WIDE_CAPTION = ("a–b runs: the slowest and fastest of its runs, where a long run's 95% interval spans more than 2× (or ±50%): "
                 "too wide for a figure to decide anything")
 SHORT_PARTS = {  # the short report's legend, part by part: only those of what is shown
@@ -73,21 +76,23 @@ def trial_table(result: ScanResult, rows: list[Row] | None = None, width: int | 
 
 
 def build_table(result: ScanResult, rows: list[Row], dropped: list[str], short: bool = False,
-                figures: tuple[dict, frozenset] | None = None) -> Table:
+                figures: tuple[dict, frozenset, frozenset] | None = None) -> Table:
     """The table without the ``dropped`` columns; the optional ones only where the scan measured them.
     ``figures``: ``race_figures(result)``, where the caller has them."""
     rec = result.recommendation
     top = max((r.speed.median for r in rows if r.speed is not None), default=0.0)  # bars relative to the top row
-    relative, apart = figures if figures is not None else race_figures(result)
+    relative, apart, ruled = figures if figures is not None else race_figures(result)
     shown = shown_columns(result, bool(relative), dropped)
     table = empty_table(shown)
     noise = run_noise(result.configs)
     varying = result.varying_batches
     for row in rows:
         cells = row_cells(row, rec, top, noise, result.settings.current, varying.label if varying else None)
-        cells["race"] = race_cell(row, rec, relative, apart)
+        cells["race"] = race_cell(row, rec, relative, apart, ruled)
         table.add_row(*[cells[name] for name in ("rank", "config", "rate", *shown, "status")])
     table.caption = short_caption(result, rows, shown) if short else table_caption(result, noise, shown, dropped, rows)
+    if ruled and "race" in shown:
+        table.caption += " · " + (SHORT_RULED if short else RULED_CAPTION)
     table.caption_justify = "left"
     return table
 
@@ -119,13 +124,16 @@ def column_parts(result: ScanResult, shown: list[str], short: bool = False) -> l
     return parts
 
 
-def race_figures(result: ScanResult) -> tuple[dict, frozenset]:
-    """Each raced config's ratio to the pick with its interval, and the configs whose ratio is unsettled
-    (``race_cell``: no interval shown for them); both empty without a pick or a race."""
+def race_figures(result: ScanResult) -> tuple[dict, frozenset, frozenset]:
+    """Each raced config's ratio to the pick with its interval, the configs whose ratio is unsettled
+    (``race_cell``: no interval shown for them), and those whose ratio the referee's rounds alone gave
+    (``analysis.race.referee_ratio``); all empty without a pick or a race."""
     rec = result.recommendation
     if rec is None:
-        return {}, frozenset()
-    return relative_to(result.trials, rec.config), unsettled_configs(race_verdict(result.trials, noise_floor_of(result)))
+        return {}, frozenset(), frozenset()
+    relative = relative_to(result.trials, rec.config)
+    ruled = frozenset(c for c in relative if referee_ratio(result.trials, c, rec.config) is not None)
+    return relative, unsettled_configs(race_verdict(result.trials, noise_floor_of(result))), ruled
 
 
 def shown_columns(result: ScanResult, raced: bool, dropped: list[str]) -> list[str]:
@@ -164,10 +172,10 @@ def table_caption(result: ScanResult, noise: RunNoise, shown: list[str], dropped
     return " · ".join(parts + column_parts(result, shown))
 
 
-def race_cell(row: Row, rec, relative: dict, apart: frozenset = frozenset()) -> str:
-    """``0.85× (0.83–0.87)`` for a config raced beside the pick; ``pick`` for the pick; ``unsettled`` for
-    one whose ratio rests on a state the scan did not set (``apart``: the notes give its range); empty
-    otherwise."""
+def race_cell(row: Row, rec, relative: dict, apart: frozenset = frozenset(), ruled: frozenset = frozenset()) -> str:
+    """``0.85× (0.83–0.87)`` for a config raced beside the pick (``†`` after it where the referee's rounds
+    alone gave it: ``ruled``); ``pick`` for the pick; ``unsettled`` for one whose ratio rests on a state the
+    scan did not set (``apart``: the notes give its range); empty otherwise."""
     if row.config is None or rec is None:
         return ""
     if row.config.config == rec.config:
@@ -179,7 +187,8 @@ def race_cell(row: Row, rec, relative: dict, apart: frozenset = frozenset()) -> 
         return "slower" if r.high < 1 else ("faster" if r.low > 1 else "undecided")
     if r is None and row.speed is not None and row.speed.apart:
         return "timed alone"
-    return f"{r.value:.2f}× ({r.low:.2f}–{r.high:.2f})" if r else ""
+    mark = "†" if row.config.config in ruled else ""
+    return f"{r.value:.2f}× ({r.low:.2f}–{r.high:.2f}){mark}" if r else ""
 
 
 def spread_caption(noise: RunNoise, spanning: list[str] | None = None) -> str:
