@@ -106,6 +106,8 @@ PAIRS = {
     "images_no_persistent": ("../examples/images.py", 32, 0, 2, False, False),
     # 96 MiB batches: past glibc's moving mmap threshold, a loader without workers maps each afresh
     "large_batches": ("archetypes/large_batches.py", 32, 0, 2, True, True),
+    # 1.5 million dicts: each worker copies the pages whose reference counts it touches
+    "copy_on_write": ("archetypes/copy_on_write.py", 32, 0, 2, True, False),
     # not in the default set: the README's pair with persistent workers (what the restarts add to the one
     # above), and large_tensors' plain w0 (its two allocator states; the races before the heap setting)
     "images_persistent": ("../examples/images.py", 32, 0, 2, True, False),
