@@ -18,7 +18,7 @@ from loadtune.analysis.race import REFEREE_LEAST, disputes, referee_ratio, verdi
 from loadtune.model.config import TrialConfig
 from loadtune.model.trial import Trial
 
-MAX_ROUNDS = 5  # rounds at most for one pair: past ``REFEREE_LEAST``, only while the ratio is undecided
+MAX_ROUNDS = 4  # rounds at most for one pair: past ``REFEREE_LEAST``, only while the ratio is undecided (each costs two trials)
 MAX_PAIRS = 2  # pairs refereed at most in one scan
 
 
