@@ -313,9 +313,9 @@ def race_contenders(run: Run) -> None:
     if how == "budget" and not any(t.raced for t in result.trials):
         result.notes.append(f"no race: its first leg would exceed the {opts.budget:g} s budget; the pick comes from "
                             "the screening's trials, each timed alone")
-    refereed = referee_disputes(run)
+    referee_disputes(run)
     final = race_verdict(result.trials, opts.noise_floor)
-    notes = [ending_note(how, final, opts.race_legs) if not refereed else None, unsettled_note(result.trials, final),
+    notes = [ending_note(how, final, opts.race_legs), unsettled_note(result.trials, final),
              joined_note(result.trials, chosen.configs), referee_note(result.trials)]
     if pick() is not None and any(t.raced for t in result.trials):
         clock = RaceClock(mean_leg_s(result.trials), run.spent_s, opts.budget, opts.race_legs, expected_trial_s(result, opts))
