@@ -32,11 +32,12 @@ def others_alive() -> bool:
         if pid in mine:
             continue
         try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
             path.unlink(missing_ok=True)
-        except PermissionError:
+            continue
+        if state != "Z":  # a zombie is dead, only not yet reaped
             return True
     return False
 
