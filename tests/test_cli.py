@@ -146,7 +146,8 @@ def test_python_api_with_an_in_memory_dataset(tmp_path):
         warmup=0.1, block_time=0.05, blocks=2, json_path=tmp_path / "api.json",
     )
     assert isinstance(result, loadtune.ScanResult)
-    assert result.state == "complete" and len([t for t in result.ok_trials if t.round == 0 and not t.raced]) == 2
+    screened = [t for t in result.ok_trials if t.round == 0 and not t.raced and not t.referee]  # the referee's: a race its runs alone contradicted
+    assert result.state == "complete" and len(screened) == 2
     assert result.recommendation is not None
     assert ScanResult.load(tmp_path / "api.json").to_dict()["trials"] == result.to_dict()["trials"]
 
