@@ -25,13 +25,14 @@ ended there and what would narrow it (``engine.race.ending_note``, ``precision_n
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadtune.analysis.budget import RaceClock, narrowing
 from loadtune.analysis.comparison import UNDECIDED, Comparison, after_more, compare, singly
 from loadtune.analysis.footprint import fault_regimes, fresh_text, takes_fresh_pages
-from loadtune.analysis.noise import RunNoise, alone, long_run, run_noise
+from loadtune.analysis.noise import Z975, RunNoise, alone, long_run, run_levels, run_noise
 from loadtune.analysis.stats import Ratio, ratio
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
@@ -171,10 +172,18 @@ def solo_point(a: ConfigResult, b: ConfigResult) -> float | None:
     return solo[0].estimate.median / solo[1].estimate.median
 
 
+def block_noise(config: ConfigResult) -> float:
+    """The variance its runs alone's own blocks leave in their mean level (log scale): what a handful
+    of short blocks can move a run's median by, apart from where the process landed."""
+    levels = run_levels(alone(config))
+    return statistics.fmean(w for _, w in levels) / len(levels) if levels else 0.0
+
+
 def disputes(trials: list[Trial], v: RaceVerdict | None) -> list[tuple[TrialConfig, TrialConfig]]:
     """The raced configs, each with the leader, whose race ratio and runs alone read more than
-    ``DISPUTE_GAP`` apart (their points: the runs alone's intervals are often too wide to disagree
-    beyond) and that the referee has not measured yet. A reading that holds only in the race's
+    ``DISPUTE_GAP`` apart (their points: the runs alone's intervals, which carry the spread between
+    processes, are often too wide to disagree beyond) by more than the race's own error and the runs'
+    blocks explain, and that the referee has not measured yet. A reading that holds only in the race's
     processes says nothing of training's (a race read a copy-on-write dataset's w0 at 1.00x w2, its
     runs alone 0.72x, plain loops 0.79x), and which of the two held is measured, not voted: the pair
     timed again alone, in fresh processes, back to back (``engine.referee``). Pairs where one config's
@@ -189,7 +198,10 @@ def disputes(trials: list[Trial], v: RaceVerdict | None) -> list[tuple[TrialConf
         if s.status == LEADER or a in regimes or b in regimes or referee_logs(trials, a, b):
             continue
         raced, solo = leg_ratio(trials, a, b), solo_point(by[a], by[b])
-        if raced is not None and solo is not None and abs(math.log(raced.value / solo)) > math.log(1 + DISPUTE_GAP):
+        if raced is None or solo is None:
+            continue
+        gap = abs(math.log(raced.value / solo))
+        if gap > math.log(1 + DISPUTE_GAP) and gap > Z975 * math.sqrt(raced.se ** 2 + block_noise(by[a]) + block_noise(by[b])):
             out.append((a, b))
     return out
 
