@@ -280,9 +280,19 @@ def measured_load(busy: int, ranks: RankSetup | None = None) -> LoadReading:
     return trial.load
 
 
+def no_room(quiets: list) -> None:
+    """Skip where every trial meant to be quiet already read half a core or more of outside load: another
+    job filled the machine (a second test suite on a shared VM), and a busy loop of ours can add no load
+    to it that a reading could see. Where any was quiet, the busy loops had room, and the test fails."""
+    if quiets and all(q.outside_cores > 0.5 for q in quiets):
+        pytest.skip(f"the machine was busy with other work throughout ({min(q.outside_cores for q in quiets):.1f} cores "
+                    "or more beside a quiet trial): no room to see a busy loop's load")
+
+
 @pytest.mark.slow
 def test_a_busy_loop_beside_a_trial_marks_it_disturbed_and_a_quiet_trial_reads_less():
     busy = max(1, machine_info().usable_cores // 2)  # half the usable cores: the trial keeps a core of its own
+    quiets = []
     for _ in range(3):  # another job filling the machine leaves no room to see ours: measure the pair again
         quiet, loaded_reading = measured_load(0), measured_load(busy)
         assert loaded_reading.window_s >= 1.0 and loaded_reading.cpus >= 1
@@ -291,6 +301,8 @@ def test_a_busy_loop_beside_a_trial_marks_it_disturbed_and_a_quiet_trial_reads_l
         # CI's own machine may be busy too: the busy loops must add most of a core each to what it has
         if loaded_reading.outside_cores - quiet.outside_cores > 0.6 * busy:
             return
+        quiets.append(quiet)
+    no_room(quiets)
     raise AssertionError(f"busy loops added no load beside {quiet} to {loaded_reading}")
 
 
@@ -300,12 +312,15 @@ def test_two_ranks_count_each_other_as_the_scans_own_and_a_busy_loop_as_outside_
     reads little outside load though its ranks compete for the cores, and a busy loop beside it reads
     as outside load."""
     ranks = RankSetup(nproc_per_node=2, window_s=1.2)
+    quiets = []
     for _ in range(3):  # another job filling the machine leaves no room to see ours: measure the pair again
         quiet, loaded = measured_load(0, ranks), measured_load(1, ranks)
         assert quiet.window_s >= 1.0 and quiet.own_s > 0.5 * quiet.window_s  # the ranks' CPU (and their agent's)
         assert disturbed(loaded, 0.02), loaded
         if loaded.outside_cores - quiet.outside_cores > 0.6:  # most of a core: the busy loop, not the other rank
             return
+        quiets.append(quiet)
+    no_room(quiets)
     raise AssertionError(f"the busy loop added no load beside {quiet} to {loaded}")
 
 
