@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from loadtune.analysis.budget import RaceClock, narrowing
 from loadtune.analysis.comparison import UNDECIDED, Comparison, after_more, compare, singly
 from loadtune.analysis.footprint import fault_regimes, fresh_text, takes_fresh_pages
-from loadtune.analysis.noise import Z975, RunNoise, alone, long_run, run_levels, run_noise
+from loadtune.analysis.noise import NOTHING_LEARNED, Z975, RunNoise, alone, long_run, run_levels, run_noise
 from loadtune.analysis.stats import Ratio, ratio
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
@@ -165,11 +165,9 @@ def referee_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Compar
 
 
 def solo_point(a: ConfigResult, b: ConfigResult) -> float | None:
-    """``a / b`` from their runs timed alone (their medians), where both have one."""
-    solo = [alone(c) for c in (a, b)]
-    if not all(any(t.ok and not t.raced for t in c.trials) and c.estimate is not None for c in solo):
-        return None
-    return solo[0].estimate.median / solo[1].estimate.median
+    """``a / b`` from their runs timed alone (``solo_ratio``'s point: their medians), where both have one."""
+    solo = solo_ratio(a, b, NOTHING_LEARNED)
+    return solo.value if solo is not None else None
 
 
 def block_noise(config: ConfigResult) -> float:
