@@ -131,6 +131,50 @@ def test_a_file_this_process_maps_is_dropped_only_once_its_mapping_is_released(f
     assert pagecache.release_mappings((path,)) == 0  # nothing maps it now
 
 
+def test_a_loaders_workers_forget_their_mappings_when_a_cold_state_asks(folder):
+    """A worker that persists across epochs (or rests between a race's turns) keeps every file it mapped
+    cached through a drop; asked (``WorkerRelease``), each forgets its mappings, and the drop evicts them."""
+    from torch.utils.data import DataLoader
+
+    from loadtune.engine.trial.cpu import worker_pids
+    import mapped as mapped_spec
+
+    files = pagecache.files_under([str(folder)])
+    if not droppable_here(files):
+        pytest.skip("dropping pages has no effect on this filesystem")
+    answers = pagecache.answer_file()
+    release = pagecache.WorkerRelease(pagecache.CacheSetting(COLD, (str(folder),)), answers)
+    loader = DataLoader(mapped_spec.Mapped(str(folder)), batch_size=50, num_workers=2, persistent_workers=True,
+                        worker_init_fn=release)
+    assert sum(len(x) for x, _ in loader) == 400  # one epoch: each worker mapped the files it read
+    workers = worker_pids(loader._iterator)
+    assert len(workers) == 2
+    pagecache.drop(files)
+    assert pagecache.resident_share(files) > 0.9  # kept: the workers map them
+    assert pagecache.release_workers(workers, answers) == 2
+    pagecache.drop(files)
+    assert pagecache.resident_share(files) < 0.1
+    assert sum(len(x) for x, _ in loader) == 400  # the same workers read on, from storage
+
+
+@pytest.mark.slow
+def test_a_cold_scan_reads_every_epoch_of_persistent_workers_from_storage(folder, tmp_path):
+    """Workers that persist map the files of a memory-mapped dataset for good; in a cold scan every block
+    (each epoch after the first included) still fetches a sample's bytes from storage."""
+    if not droppable_here(pagecache.files_under([str(folder)])):
+        pytest.skip("dropping pages has no effect on this filesystem")
+    out = tmp_path / "scan.json"
+    proc = run_cli("scan", SPECS / "mapped.py", "--workers", "2", "--prefetch", "2", "--persistent", "--race-legs", "0",
+                   "--confirm", "0", "--no-diagnose", "--storage", COLD, "--data", folder, "--json", out, *QUICK,
+                   env={"LOADTUNE_TEST_FILES": str(folder)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = [t for t in json.loads(out.read_text())["trials"] if t["status"] == "ok" and t["config"]["num_workers"] == 2]
+    assert trials
+    for trial in trials:
+        for block in trial["blocks"]:
+            assert block["storage_bytes"] >= 0.8 * files_spec.FILE_BYTES * block["samples"], (trial["config"], block)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("state", [COLD, WARM])
 def test_a_scan_reads_every_trial_in_the_state_it_set(folder, tmp_path, state):

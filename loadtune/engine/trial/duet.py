@@ -123,10 +123,9 @@ class SideEntry:
             if frozen:
                 return frozen_turn(meter, config, block_s, deadline)
             block = timed_turn(meter, config, block_s, deadline)
-            if timing.cache is not None:  # untimed: the parent drops the files before the next turn
-                timing.cache.release()
             cap = SETTLE_BLOCKS * max(block_s, block.seconds)
             settle_workers(meter, min(deadline, time.perf_counter() + cap))  # before the next side's block
+            meter.release()  # after the settle's reads, untimed: the parent drops the files before the next turn
             return block
 
         def turns() -> None:

@@ -24,7 +24,7 @@ from loadtune.engine.loaders import start
 from loadtune.engine.spec import LoadedSpec
 from loadtune.engine.trial import gpu
 from loadtune.engine.trial.cpu import worker_pids
-from loadtune.engine.trial.pagecache import CacheSetting, IOCount, tree_io
+from loadtune.engine.trial.pagecache import CacheSetting, IOCount, WorkerRelease, answer_file, tree_io
 from loadtune.engine.trial.setup import (Consumer, LoaderOptions, Shard, Timing, TrialFailure, TrialPrefetcher, device_sync,
                                          make_consumer, make_loader)
 from loadtune.engine.trial.transfer import batch_size_of
@@ -121,6 +121,7 @@ class Meter:
         # cold: the files are dropped again at every epoch boundary, untimed, so that the next epoch's
         # samples, read in the epoch before, come from storage as in training's first epoch
         self.cold = cache is not None and cache.state == "cold"
+        self.answers: str | None = None  # cold, with workers: where they answer a release (``WorkerRelease``)
         self.paused = 0.0  # seconds of the current block spent setting the cold state, not the loader's
         self.align_s = align_s  # epochs up to this long are measured whole
         self.restarts = restarts  # every epoch starts its workers again (num_workers > 0, not persistent)
@@ -232,9 +233,15 @@ class Meter:
         """Drop the files between two epochs, where no worker is busy (the next epoch has not been asked
         for); returns how long it took, which the block does not count."""
         began = time.perf_counter()
-        self.cache.release()
+        self.release()
         self.cache.before_run()
         return time.perf_counter() - began
+
+    def release(self) -> None:
+        """Between timed blocks in a cold state: this process and the loader's live workers forget their
+        mappings of the dataset's files, so that the next drop leaves none of their pages cached."""
+        if self.cache is not None:
+            self.cache.release(worker_pids(self.loader_iterator) if self.answers else (), self.answers)
 
     def _io(self) -> IOCount | None:
         """The tree's read counters now (``count_io``): outside the hot loop, a /proc read per worker."""
@@ -326,6 +333,10 @@ def build_meter(spec: LoadedSpec, config: TrialConfig, device: torch.device, tim
     short and alike, whatever the loaders' epochs)."""
     consumer = make_consumer(spec, config, device, workload.build(device) if workload else None)
     loader = make_loader(spec, config, options, shard)
+    answers = None
+    if timing.cache is not None and timing.cache.state == "cold" and config.num_workers > 0:
+        answers = answer_file()
+        loader.worker_init_fn = WorkerRelease(timing.cache, answers, loader.worker_init_fn)
     shard_length = len(loader.sampler) if shard is not None and not spec.iterable and not spec.own_order else None
     source = loader
     if config.transfer == "stream":  # the closing device sync of each block also waits for its pending copy
@@ -333,8 +344,10 @@ def build_meter(spec: LoadedSpec, config: TrialConfig, device: torch.device, tim
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         gpu.reset_peaks(device)
-    return Meter(source, consumer, device_sync(device),
-                 SampleCounter(spec, config, options.drop_last, shard_length),
-                 ALIGN_EPOCHS_UP_TO * timing.block_s if whole_epochs else -math.inf,
-                 restarts=whole_epochs and config.num_workers > 0 and not config.persistent_workers,
-                 cache=timing.cache)
+    meter = Meter(source, consumer, device_sync(device),
+                  SampleCounter(spec, config, options.drop_last, shard_length),
+                  ALIGN_EPOCHS_UP_TO * timing.block_s if whole_epochs else -math.inf,
+                  restarts=whole_epochs and config.num_workers > 0 and not config.persistent_workers,
+                  cache=timing.cache)
+    meter.answers = answers
+    return meter

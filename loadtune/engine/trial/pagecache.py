@@ -18,7 +18,9 @@ import ctypes
 import ctypes.util
 import mmap
 import os
-from collections.abc import Iterable, Sequence
+import signal
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -283,12 +285,89 @@ class CacheSetting:
         if self.state == "cold":
             drop_read(self.files)
 
-    def release(self) -> None:
+    def release(self, workers: Sequence[int] = (), ack: str | None = None) -> None:
         """In a process that reads the dataset, between its timed blocks: a cold state forgets the
         process's own mappings of the files (``release_mappings``), which would keep their pages cached
-        through every drop."""
+        through every drop, and has its loader's live ``workers`` forget theirs (``release_workers``:
+        they map the files too where a worker reads them, and a worker that persists across epochs, or
+        rests between a race's turns, would otherwise read warm every epoch after its first)."""
         if self.state == "cold":
             release_mappings(self.files)
+            if workers and ack is not None:
+                release_workers(workers, ack)
+
+
+# ---- a loader's workers forget their mappings too ------------------------------------------------------
+
+RELEASE_SIGNAL = signal.SIGUSR2  # asks a worker to forget its mappings of the dataset's files
+RELEASE_WAIT_S = 1.0  # the longest a release waits for its workers (a worker busy in C code answers late)
+
+
+@dataclass(frozen=True)
+class WorkerRelease:
+    """A loader's ``worker_init_fn`` in a cold state: each worker answers ``RELEASE_SIGNAL`` by forgetting
+    its own mappings of the files and appending a byte to ``ack``, then runs the loader's own
+    ``worker_init_fn`` (``then``). No process can forget another's mappings, so the worker is asked; a
+    file, not a pipe, carries the answer so that it works with every start method."""
+
+    setting: CacheSetting
+    ack: str
+    then: Callable[[int], None] | None = None
+
+    def __call__(self, worker_id: int) -> None:
+        signal.signal(RELEASE_SIGNAL, self.answer)
+        if self.then is not None:
+            self.then(worker_id)
+
+    def answer(self, signum: int, frame: object) -> None:
+        release_mappings(self.setting.files)
+        fd = os.open(self.ack, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, b".")
+        finally:
+            os.close(fd)
+
+
+def answer_file() -> str:
+    """A new empty file for workers' answers (``WorkerRelease``), removed when this process exits; the
+    process ignores ``RELEASE_SIGNAL`` from now on, so that a worker it forks ignores one that comes
+    before its ``worker_init_fn`` has run, instead of ending (the signal's default)."""
+    import atexit
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="loadtune-release-", suffix=".answers")
+    os.close(fd)
+    atexit.register(_remove, path)
+    try:
+        signal.signal(RELEASE_SIGNAL, signal.SIG_IGN)
+    except ValueError:  # not the main thread: a signal's handler is the main thread's to set
+        pass
+    return path
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def release_workers(pids: Sequence[int], ack: str, wait_s: float = RELEASE_WAIT_S) -> int:
+    """Ask each worker (``WorkerRelease`` installed) to forget its mappings, and wait until every one
+    asked has answered or ``wait_s`` passed; returns how many answered. A worker that is gone is skipped."""
+    with open(ack, "wb"):
+        pass  # no answers yet
+    asked = 0
+    for pid in pids:
+        try:
+            os.kill(pid, RELEASE_SIGNAL)
+            asked += 1
+        except ProcessLookupError:
+            continue
+    deadline = time.perf_counter() + wait_s
+    while (answered := os.path.getsize(ack)) < asked and time.perf_counter() < deadline:
+        time.sleep(0.001)
+    return answered
 
 
 def family_io() -> IOCount | None:

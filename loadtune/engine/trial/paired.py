@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from loadtune.engine.spec import LoadedSpec
+from loadtune.engine.trial.cpu import worker_pids
 from loadtune.engine.trial.measure import finish_trial, warm_up
 from loadtune.engine.trial.meter import Meter, build_meter, burst_batches, queued_batches, ready_batches
 from loadtune.engine.trial.setup import LoaderOptions, Timing, open_device
@@ -236,12 +237,6 @@ def settle(meter: Meter, until: float) -> None:
         time.sleep(SETTLE_POLL_S)
 
 
-def worker_pids(iterator: Any) -> list[int]:
-    """The loader's worker processes (none without workers, or where the loader keeps them elsewhere)."""
-    workers = getattr(iterator, "_workers", None) or []
-    return [w.pid for w in workers if getattr(w, "pid", None) is not None]
-
-
 def freezable(meter: Meter, config: TrialConfig) -> bool:
     """Whether the loader can rest frozen: it has no workers, or its workers can be found."""
     return not config.num_workers or bool(worker_pids(meter.loader_iterator))
@@ -291,5 +286,6 @@ def frozen_turn(meter: Meter, config: TrialConfig, block_s: float, deadline: flo
     if not meter.between_epochs:  # (at an epoch boundary nothing is half made)
         meter.phase(0.0, workers, deadline)
     block = meter.phase(block_s, burst_batches(workers), deadline, multiple=workers)
+    meter.release()  # a cold state: no page this loader mapped may outlive the drop before the next turn
     freeze(meter)  # not on failure: a failed loader's workers must hear its shutdown
     return block
