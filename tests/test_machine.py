@@ -143,6 +143,33 @@ def test_cgroup_malformed_file_is_not_a_crash(tmp_path):
     assert cgroup_cpu_limit(tmp_path) is None
 
 
+def test_a_cgroup_v2_memory_limit_leaves_its_limit_less_what_its_processes_hold(tmp_path, fake_proc_cgroup):
+    root = tmp_path / "cg"
+    fake_proc_cgroup.write_text("0::/kubepods/pod1/ctr\n")
+    leaf = root / "kubepods/pod1/ctr"
+    leaf.mkdir(parents=True)
+    (leaf / "memory.max").write_text("max\n")
+    pod = root / "kubepods/pod1"
+    (pod / "memory.max").write_text(f"{16 * 2**30}\n")  # the pod's limit
+    (pod / "memory.current").write_text(f"{10 * 2**30}\n")
+    (pod / "memory.stat").write_text(f"anon {4 * 2**30}\nfile {6 * 2**30}\n")  # 6 GiB of it page cache
+    assert machine.memory_headroom(root) == 12 * 2**30  # reclaimable cache not counted as held
+
+
+def test_a_cgroup_v1_memory_limit_is_read_in_the_processs_own_group(tmp_path, fake_proc_cgroup):
+    root = tmp_path / "cg"
+    fake_proc_cgroup.write_text("4:memory:/bench\n1:cpu:/\n")
+    group = root / "memory" / "bench"
+    group.mkdir(parents=True)
+    (group / "memory.limit_in_bytes").write_text(f"{3 * 2**30}\n")
+    (group / "memory.usage_in_bytes").write_text(f"{2 * 2**30}\n")
+    (group / "memory.stat").write_text(f"cache {2**30}\nrss {2**30}\nhierarchical_memory_limit {3 * 2**30}\ntotal_cache {2**30}\n")
+    assert machine.memory_headroom(root) == 2 * 2**30
+    (group / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (group / "memory.stat").write_text("total_cache 0\nhierarchical_memory_limit 9223372036854771712\n")
+    assert machine.memory_headroom(root) is None  # no limit: the host's memory is what counts
+
+
 # ---------------------------------------------------------------- usable cores, collect
 
 

@@ -69,6 +69,69 @@ def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> float | None:
     return min(limits) if limits else None
 
 
+UNLIMITED = 1 << 60  # a cgroup v1 limit this high is its "no limit"
+
+
+def stat_fields(text: str) -> dict[str, int]:
+    """A cgroup ``memory.stat`` file as name -> value (malformed lines skipped)."""
+    fields = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            fields[name] = int(value)
+    return fields
+
+
+def headroom(limit: int, usage: int, cache: int) -> int:
+    """What a memory cgroup leaves for more memory: its limit less what it holds, its page cache not
+    counted (the kernel reclaims the group's cache first when the group reaches its limit)."""
+    return max(0, limit - max(0, usage - cache))
+
+
+def v1_memory_dir(root: Path = CGROUP_ROOT) -> Path:
+    """This process's cgroup v1 memory directory: its path from ``/proc/self/cgroup`` under the
+    hierarchy, or the hierarchy's root where that path is not there (a container that mounts its own)."""
+    base = root / "memory"
+    try:
+        line = next(x for x in Path("/proc/self/cgroup").read_text().splitlines() if x.split(":")[1:2] == ["memory"])
+        here = base / line.split(":", 2)[2].strip().lstrip("/")
+        return here if here.is_dir() else base
+    except (OSError, StopIteration, IndexError):
+        return base
+
+
+def memory_headroom(root: Path = CGROUP_ROOT) -> int | None:
+    """The least memory this process's cgroups leave it (a container's limit less what its processes
+    hold), or None where no cgroup limits memory. ``psutil`` reads the host's memory, which a container
+    may not use: the page cache of a job limited to 16 GiB holds at most that, whatever the host has."""
+    rooms = []
+    for d in cgroup_v2_dirs(root):
+        try:
+            limit = (d / "memory.max").read_text().strip()
+            if limit != "max":
+                rooms.append(headroom(int(limit), int((d / "memory.current").read_text()),
+                                      stat_fields((d / "memory.stat").read_text()).get("file", 0)))
+        except (OSError, ValueError):
+            pass
+    v1 = v1_memory_dir(root)
+    try:
+        stat = stat_fields((v1 / "memory.stat").read_text())
+        limit = min(stat.get("hierarchical_memory_limit", UNLIMITED), int((v1 / "memory.limit_in_bytes").read_text()))
+        if limit < UNLIMITED:
+            rooms.append(headroom(limit, int((v1 / "memory.usage_in_bytes").read_text()),
+                                  stat.get("total_cache", stat.get("cache", 0))))
+    except (OSError, ValueError):
+        pass
+    return min(rooms) if rooms else None
+
+
+def available_memory() -> int:
+    """Memory a new process could use here: the host's available memory, capped by the cgroups'."""
+    room = memory_headroom()
+    available = psutil.virtual_memory().available
+    return available if room is None else min(available, room)
+
+
 def affinity_cores() -> int:
     """Cores this process may run on (the affinity mask), falling back to the logical count."""
     if hasattr(os, "sched_getaffinity"):
@@ -162,7 +225,7 @@ def collect() -> MachineInfo:
         cgroup_cpu_limit=cgroup_cpu_limit(),
         cpu_model=cpu_model(),
         memory_total_bytes=vm.total,
-        memory_available_bytes=vm.available,
+        memory_available_bytes=available_memory(),
         shm_total_bytes=shm_size(),
         python=platform.python_version(),
         platform=platform.platform(),
