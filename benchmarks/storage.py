@@ -16,6 +16,13 @@ gain; no ``±`` above 100% printed.
 The warm scan runs twice, with two trial orders (``--seed 0`` and ``1``): the same dataset in the same
 state must give figures within each other's intervals. ``--throttle-iops`` caps the disk's reads a
 second for everything the bench runs (cgroup v1 ``blkio``, as root), so that storage is the bound.
+``--memory-limit`` gives everything the bench runs that much memory, page cache included (cgroup v1
+``memory``): a dataset larger than it reads cold as a dataset larger than RAM does in every epoch. That
+is the reference a memory-mapped file needs: one epoch after a single drop is not cold for it, since
+each page fault reads ahead far beyond its row and the rest of the epoch finds those pages cached.
+
+    LOADTUNE_MEMMAP=/var/tmp/loadtune-memmap-8g.u8 LOADTUNE_MEMMAP_ROWS=175000 python benchmarks/storage.py \
+        --archetype memmap_array --memory-limit 3 --loop-samples 20000 --rounds 3 --out benchmarks/results/storage_memmap_3gib.json.gz
 
 Run alone: nothing else on the machine meanwhile (other reads move the disk's speed most of all).
 """
@@ -55,32 +62,36 @@ if sys.argv[3] == "cold":
     for p in getattr(ds, "paths", None) or [ds.path]:
         fd = os.open(p, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
 loader = DataLoader(ds, shuffle=not isinstance(ds, IterableDataset), batch_size=int(sys.argv[4]), **json.loads(sys.argv[2]))
-warm, samples, t0 = 2 * max(1, loader.num_workers), 0, None
+warm, samples, t0, most = 2 * max(1, loader.num_workers), 0, None, int(sys.argv[5])
 for i, batch in enumerate(loader):  # one epoch at most: no sample read twice
     if i == warm:
         t0, samples = time.perf_counter(), 0
     elif t0 is not None:
         samples += len(batch[0])
+        if most and samples >= most:
+            break
 print(samples / (time.perf_counter() - t0))
 """
 
 
-def plain_loop(spec: Path, label: str, state: str) -> float:
-    out = subprocess.run([sys.executable, "-c", LOOP, str(spec), json.dumps(CONFIGS[label]), state, str(BATCH)],
+def plain_loop(spec: Path, label: str, state: str, most: int = 0) -> float:
+    """One plain loop in a fresh process: its samples/s over one epoch at most (``most``: at most that
+    many samples after its warm-up, 0 for the whole epoch)."""
+    out = subprocess.run([sys.executable, "-c", LOOP, str(spec), json.dumps(CONFIGS[label]), state, str(BATCH), str(most)],
                          capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def plain_loops(spec: Path, rounds: int) -> dict[str, dict[str, list[float]]]:
-    """Every config in both states, interleaved: round by round, each state, each config."""
-    got: dict[str, dict[str, list[float]]] = {s: {c: [] for c in CONFIGS} for s in ("warm", "cold")}
+def plain_loops(spec: Path, rounds: int, states: tuple[str, ...], most: int = 0) -> dict[str, dict[str, list[float]]]:
+    """Every config in each state, interleaved: round by round, each state, each config."""
+    got: dict[str, dict[str, list[float]]] = {s: {c: [] for c in CONFIGS} for s in states}
     for r in range(rounds):
-        for state in ("warm", "cold"):
+        for state in states:
             labels = list(CONFIGS) if r % 2 == 0 else list(reversed(CONFIGS))
             if state == "warm":  # the files in the page cache before the warm runs
                 plain_loop(spec, "w0", "warm")
             for label in labels:
-                got[state][label].append(plain_loop(spec, label, state))
+                got[state][label].append(plain_loop(spec, label, state, most))
                 print(f"round {r + 1} {state} {label}: {got[state][label][-1]:,.0f} samples/s", file=sys.stderr)
     return got
 
@@ -119,25 +130,36 @@ def summary(scans: list[dict], loops: dict) -> list[dict]:
     return rows
 
 
-class Throttled:
-    """This process and every process it starts in a cgroup v1 ``blkio`` group whose reads from the disk
-    under ``path`` are capped at ``iops`` a second: a slower disk for the bench, removed afterwards."""
+class Group:
+    """This process and every process it starts in a cgroup v1 group of ``controller`` with ``settings``
+    (file -> value), removed afterwards: a slower disk (``blkio``), less memory for the page cache
+    (``memory``). As root; only the bench's own processes are in it."""
 
-    ROOT = Path("/sys/fs/cgroup/blkio")
+    def __init__(self, controller: str, settings: dict[str, str]):
+        self.root = Path("/sys/fs/cgroup") / controller
+        self.group, self.settings = self.root / f"loadtune-bench-{os.getpid()}", settings
 
-    def __init__(self, iops: int, path: Path):
-        self.iops, self.group = iops, self.ROOT / f"loadtune-bench-{os.getpid()}"
-        self.device = disk_of(path)
-
-    def __enter__(self) -> "Throttled":
+    def __enter__(self) -> "Group":
         self.group.mkdir()
-        (self.group / "blkio.throttle.read_iops_device").write_text(f"{self.device} {self.iops}\n")
+        for name, value in self.settings.items():
+            (self.group / name).write_text(value + "\n")
         (self.group / "cgroup.procs").write_text(str(os.getpid()))
         return self
 
     def __exit__(self, *exc) -> None:
-        (self.ROOT / "cgroup.procs").write_text(str(os.getpid()))
+        (self.root / "cgroup.procs").write_text(str(os.getpid()))
         self.group.rmdir()
+
+
+def throttled(iops: int, path: Path) -> Group:
+    """Reads from the disk under ``path`` capped at ``iops`` a second."""
+    return Group("blkio", {"blkio.throttle.read_iops_device": f"{disk_of(path)} {iops}"})
+
+
+def memory_limited(gib: float) -> Group:
+    """At most ``gib`` GiB of memory, the page cache of the files read included: a dataset larger than
+    this reads as one larger than RAM does, evicted as it goes, mapped pages too."""
+    return Group("memory", {"memory.limit_in_bytes": str(int(gib * 2**30))})
 
 
 def disk_of(path: Path) -> str:
@@ -176,6 +198,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--archetype", default="small_files", help="small_files, tar_shards or memmap_array (benchmarks/archetypes)")
     parser.add_argument("--throttle-iops", type=int, default=None, help="cap the disk's reads a second (cgroup v1 blkio; root)")
+    parser.add_argument("--memory-limit", type=float, default=None,
+                        help="GiB of memory for everything the bench runs, page cache included (cgroup v1 memory; root): "
+                             "a dataset larger than this reads as one larger than RAM; only the cold state is run")
+    parser.add_argument("--loop-samples", type=int, default=0, help="a plain loop times at most this many samples (0: one epoch)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "storage_small_files.json.gz")
     args = parser.parse_args(argv)
     meta = run_meta(argv)
@@ -183,14 +209,20 @@ def main(argv: list[str] | None = None) -> None:
     subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ARCHETYPES)!r}); import {args.archetype}; "
                     f"{args.archetype}.dataset()"], check=True)  # its files written once, before anything is timed
     root = Path("/var/tmp")
-    with Throttled(args.throttle_iops, root) if args.throttle_iops else contextlib.nullcontext():
-        scans = [scan(spec, state, Path(f"/tmp/loadtune-storage-{state}.json")) for state in ("warm", "cold")]
-        scans.append(scan(spec, "warm", Path("/tmp/loadtune-storage-warm-seed1.json"), ["--seed", "1"]))
-        loops = plain_loops(spec, args.rounds)
-    rows = summary(scans[:2], loops)
-    again = repeat_warm([scans[0], scans[2]])
-    write_json(args.out, {"meta": meta, "throttle_iops": args.throttle_iops, "scans": scans, "loops": loops, "summary": rows,
-                          "warm_again": again})
+    states = ("cold",) if args.memory_limit else ("warm", "cold")
+    with contextlib.ExitStack() as groups:
+        if args.throttle_iops:
+            groups.enter_context(throttled(args.throttle_iops, root))
+        if args.memory_limit:
+            groups.enter_context(memory_limited(args.memory_limit))
+        scans = [scan(spec, state, Path(f"/tmp/loadtune-storage-{state}.json")) for state in states]
+        if "warm" in states:
+            scans.append(scan(spec, "warm", Path("/tmp/loadtune-storage-warm-seed1.json"), ["--seed", "1"]))
+        loops = plain_loops(spec, args.rounds, states, args.loop_samples)
+    rows = summary(scans[:len(states)], loops)
+    again = repeat_warm([scans[0], scans[2]]) if "warm" in states else None
+    write_json(args.out, {"meta": meta, "throttle_iops": args.throttle_iops, "memory_limit_gib": args.memory_limit,
+                          "loop_samples": args.loop_samples, "scans": scans, "loops": loops, "summary": rows, "warm_again": again})
     for row in rows:
         print(json.dumps(row))
     print(json.dumps({"warm_again": again}))

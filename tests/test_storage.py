@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from conftest import QUICK, SPECS, run_cli
-from loadtune.analysis.state import COLD_SHARE, RunState, cache_state, comparable, off_state
-from loadtune.analysis.storage import data_file, dataset_roots, training_state, tuned_cold
+from loadtune.analysis.state import COLD_SHARE, ReadFigures, RunState, cache_state, comparable, off_state
+from loadtune.analysis.storage import data_file, dataset_roots, readahead_note, training_state, tuned_cold
+from loadtune.model.batch import BatchInfo
 from loadtune.engine.trial import pagecache
 from loadtune.model.storage import COLD, WARM
 from loadtune.model.trial import Block, Trial
@@ -49,6 +50,15 @@ def test_code_and_the_system_files_a_dataset_opens_are_not_its_data():
     assert not data_file("/usr/local/python/share/zoneinfo/UTC", ["/usr/local/python"])
     assert not data_file("/proc/self/maps", [])
     assert not data_file("/home/u/spec.py", [])
+
+
+def test_a_mapped_file_whose_reads_fetch_many_times_a_sample_is_told_to_stop_the_readahead():
+    batch = BatchInfo(32 * 48 * 1024, samples=32)  # 48 KiB a sample
+    note = readahead_note(ReadFigures(storage=7 * 1024**2, read=0), batch, 32)  # 7 MiB fetched a sample, no read()
+    assert note and "149×" in note and "MADV_RANDOM" in note and "7.0 MiB" in note
+    assert readahead_note(ReadFigures(storage=7 * 1024**2, read=7 * 1024**2), batch, 32) is None  # read(): a file read whole
+    assert readahead_note(ReadFigures(storage=60 * 1024, read=0), batch, 32) is None  # about what a sample holds
+    assert readahead_note(ReadFigures(storage=7 * 1024**2, read=0), None, 32) is None  # no batch seen: nothing to weigh
 
 
 def trial_reading(storage_per_sample: int, samples: int = 100) -> Trial:

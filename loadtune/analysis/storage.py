@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from loadtune.analysis.race import race_ratio, raced_configs
 from loadtune.analysis.state import COLD_SHARE, MIXED, ReadFigures, cache_state, off_state, read_figures
+from loadtune.model.batch import BatchInfo
 from loadtune.model.config import TrialConfig
 from loadtune.model.results import ScanResult, by_config
 from loadtune.model.storage import COLD, WARM
@@ -28,6 +29,7 @@ UNPRINTED_SPAN = 4.0  # a ratio whose interval spans more than this factor (2x e
 FEW_FOLDERS = 8  # files seen in at most this many folders: those folders; more: the folder they share
 SYSTEM_PREFIXES = ("/proc/", "/sys/", "/dev/", "/etc/", "/usr/lib/", "/usr/share/", "/usr/local/lib/", "/lib/", "/lib64/")
 CODE_SUFFIXES = (".py", ".pyc", ".so", ".pth", ".json.lock")
+READ_AHEAD_TIMES = 8  # storage fetched this many times what a sample holds, through a mapping: readahead
 
 
 def gib(n: float) -> str:
@@ -138,6 +140,27 @@ def read_text(figures: ReadFigures | None) -> str | None:
     return f"{kib(figures.storage)} a sample from storage and {kib(cached)} from the page cache"
 
 
+def readahead_note(figures: ReadFigures | None, batch: BatchInfo | None, batch_size: int, short: bool = False) -> str | None:
+    """Where a run read through a memory mapping and storage fetched many times the bytes a sample
+    holds: the kernel reads ahead around every page fault of a mapped file (up to the disk's
+    ``read_ahead_kb``), which for rows read at random is mostly thrown away; ``madvise`` on the mapping
+    stops it. A 48 KiB row of a 24 GiB array fetched 7 MiB, and MADV_RANDOM ran 10.6x faster
+    (benchmarks/RESULTS.md, "Storage"). None where the reads went through ``read()`` or fetched little."""
+    if figures is None or batch is None or batch.nbytes <= 0 or figures.read >= figures.storage / 2:
+        return None
+    held = batch.nbytes / (batch.samples or batch_size)
+    if figures.storage < READ_AHEAD_TIMES * held:
+        return None
+    if short:
+        return (f"storage fetched {kib(figures.storage)} a sample, {figures.storage / held:.0f}× what a sample holds, through a "
+                "memory mapping: readahead; madvise(MADV_RANDOM) on the mapping stops it (--details)")
+    return (f"storage fetched {kib(figures.storage)} for each sample, {figures.storage / held:.0f}× the {kib(held)} a sample "
+            "holds, through a memory mapping: where a sample reads a small part of a mapped file, that is the kernel reading "
+            "ahead around each page fault. For reads at random, madvise the mapping: MADV_RANDOM reads only the pages touched, "
+            "MADV_WILLNEED over a sample's bytes just before reading them makes one read of them (numpy: "
+            "array._mmap.madvise(mmap.MADV_RANDOM)); the loader's knobs move far less than that")
+
+
 IN_MEMORY = "the dataset read no file while samples were read"
 
 
@@ -186,6 +209,15 @@ def other_state_notes(result: ScanResult, pick: TrialConfig, pick_rate: float) -
     return out
 
 
+def pick_readahead(result: ScanResult, short: bool = False) -> str | None:
+    """``readahead_note`` for the pick's runs in a cold scan (a warm one fetches next to nothing)."""
+    rec = result.recommendation
+    pick = result.config_result(rec.config) if rec and result.storage and result.storage.state == COLD else None
+    if pick is None or not pick.ok:
+        return None
+    return readahead_note(read_figures(pick.trials), pick.batch, rec.config.batch_size, short)
+
+
 def storage_notes(result: ScanResult) -> list[str]:
     """The report's lines on the page cache: the state measured and why, what the pick read per sample,
     the other state's figures, runs that read in another state, and a state the pick's measured memory
@@ -203,6 +235,7 @@ def storage_notes(result: ScanResult) -> list[str]:
         return out
     text = read_text(read_figures(pick.trials))
     out[0] += f"; {result.label(rec.config)} read {text}" if text else ""
+    out += [ahead] if (ahead := pick_readahead(result)) else []
     out += other_state_notes(result, rec.config, pick.estimate.median)
     per_sample = sample_bytes(storage.files.bytes, result.spec.length)
     off = [c for c in result.configs if any(off_state(t, storage.state, per_sample) for t in c.trials)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from loadtune.analysis.storage import storage_notes
+from loadtune.analysis.storage import pick_readahead, storage_notes
 from loadtune.analysis import footprint
 from loadtune.analysis.copyrate import copy_notes
 from loadtune.analysis.race import REGIME_GAP, allocator_moves
@@ -55,6 +55,7 @@ def short_notes(result: ScanResult, rows: list[Row], width: int = 80) -> tuple[l
     out += [Text(f"• {note}", style="cyan") for note in step_notes(result)]  # what consumed the batches
     cache = storage_notes(result)
     out += [Text(f"• page cache: {note}.", style="cyan") for note in cache[:1]]
+    out += [Text(f"• {ahead}.", style="yellow")] if (ahead := pick_readahead(result, short=True)) else []
     out += [Text(f"• {n}.", style="yellow") for n in (footprint.copy_on_write(configs, short=True),
                                                        *allocator_notes(result, short=True)) if n]
     wide = [r for r in rows if r.speed is not None and r.speed.wide]
@@ -63,7 +64,7 @@ def short_notes(result: ScanResult, rows: list[Row], width: int = 80) -> tuple[l
                         "(runs land far apart here): a quieter machine or a longer scan (--budget) narrows it.", style="yellow"))
     out += [Text(f"• {s.what} skipped: {first_clause(s.why)}", style="dim") for s in result.skipped]
     others = (result.notes + (result.stages.notes if result.stages is not None else [])
-              + copy_notes(result) + gpu_notes(result) + cache[1:])
+              + copy_notes(result) + gpu_notes(result) + [n for n in cache[1:] if n != pick_readahead(result)])
     return [two_lines(note, width) for note in out], len(others)
 
 
