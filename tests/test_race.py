@@ -236,6 +236,21 @@ def test_the_pick_races_on_with_a_config_whose_ratio_to_it_is_wide():
     assert next_leg(v, 0.05, FLOOR, 3, W2, {W1: tight, W4: wide}) == [W4, W2]  # the leader's own ratio to the pick
 
 
+def test_the_gain_over_the_baseline_races_on_toward_ten_percent_where_five_is_out_of_reach():
+    """The pick W2's ratio to the defaults W0, the headline gain, known to ±15% after two legs: ±5% would
+    take nine more legs, ±10% two, so with four left the pair races on; any other config with that ratio
+    rests, and with no legs left so does the baseline."""
+    from loadtune.analysis.race import GAIN_WIDE, LEADER, RaceVerdict, Standing
+    v = RaceVerdict(W2, [Standing(W2, LEADER, None), Standing(W0, SLOWER, None), Standing(W1, SLOWER, None)])
+    gain = race_ratio(legs_of([[0.15, -0.15, 0.0], [0.15, -0.15, 0.0]], W0, W2), W0, W2)
+    assert GAIN_WIDE < gain.halfwidth < 0.2
+    assert next_leg(v, WIDE, FLOOR, 3, W2, {W0: gain}, legs_left=4) == []  # not the baseline: it rests
+    assert next_leg(v, WIDE, FLOOR, 3, W2, {W0: gain}, legs_left=4, baseline=W0) == [W2, W0]
+    assert next_leg(v, WIDE, FLOOR, 3, W2, {W0: gain}, legs_left=1, baseline=W0) == []  # ±10% out of reach too
+    within = race_ratio(legs_of([[0.08, -0.08, 0.0], [0.08, -0.08, 0.0]], W0, W2), W0, W2)
+    assert WIDE < within.halfwidth <= GAIN_WIDE and next_leg(v, WIDE, FLOOR, 3, W2, {W0: within}, legs_left=1, baseline=W0) == []
+
+
 def test_an_undecided_config_that_another_leg_could_not_decide_rests():
     """0.975 with a ±2% interval sits on the 2% floor: three more turn pairs cannot move either test past
     it, so it rests (and is picked as when the legs run out); 0.95 with twice that spread could be called

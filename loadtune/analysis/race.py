@@ -49,6 +49,10 @@ MIN_LEGS = 2
 # better than this races on with the pick, where the legs left would bring it within this or one more
 # would halve it (``worth_a_leg``); the precision worth acting on
 WIDE = 0.05
+# ...and the gain over the baseline (the headline figure), where the legs left cannot bring it within
+# WIDE, races on toward this instead: a gain known to +-15% after two legs reaches +-10% in two or three
+# more, where +-5% would take ten
+GAIN_WIDE = 0.10
 # loaders alive at once in a leg, at most: each racer adds its own turns and warm-up to every leg (a
 # fourth cost 8% of the summed time to the answer: benchmarks/RESULTS.md, "Three racers, not four")
 MAX_RACERS = 3
@@ -417,20 +421,28 @@ def worth_a_leg(ratio: Comparison, wide: float, pairs: int, legs_left: int) -> b
 
 def next_leg(v: RaceVerdict, wide: float = math.inf, floor: float | None = None, pairs: int = 0,
              pick: TrialConfig | None = None, to_pick: dict[TrialConfig, Comparison] | None = None,
-             legs_left: int | None = None) -> list[TrialConfig]:
+             legs_left: int | None = None, baseline: TrialConfig | None = None) -> list[TrialConfig]:
     """Who races on: the leader and the undecided, and the pick with every config whose ratio to it is
     wider than ``wide`` (a verdict may stand, but the figure the table prints beside it is not yet
     precise enough to act on); nobody when none of them is left. ``pick`` is the leader unless given,
     ``to_pick`` each other raced config's ratio to it (``relative_to``). With ``floor`` and ``pairs`` (a
     leg's turn pairs), an undecided config that one more leg could not decide (``could_decide``) rests
     unless its ratio to the pick is wide; with ``legs_left``, a wide ratio rests unless another leg is
-    worth it (``worth_a_leg``)."""
+    worth it (``worth_a_leg``). The ``baseline``'s ratio, the gain, that the legs left cannot bring within
+    ``wide`` races on where they can bring it within ``GAIN_WIDE``."""
     pick = pick or v.leader
     if to_pick is None:
         to_pick = {s.config: s.ratio for s in v.standings if s.ratio is not None}
     apart = {s.config for s in v.standings if s.unsettled}  # their intervals are not what more legs narrow
-    loose = {c for c, r in to_pick.items() if c != pick and c not in apart and r.halfwidth > wide
-             and (legs_left is None or worth_a_leg(r, wide, pairs, legs_left))}
+
+    def too_wide(c: TrialConfig, r: Comparison) -> bool:
+        if c == pick or c in apart or r.halfwidth <= wide:
+            return False
+        if legs_left is None or worth_a_leg(r, wide, pairs, legs_left):
+            return True
+        return c == baseline and r.halfwidth > GAIN_WIDE and worth_a_leg(r, GAIN_WIDE, pairs, legs_left)
+
+    loose = {c for c, r in to_pick.items() if too_wide(c, r)}
 
     def races_on(s: Standing) -> bool:
         if s.unsettled:  # another leg in a state the scan did not set settles nothing
@@ -511,8 +523,9 @@ class RacePolicy:
             return raced
         pick = pick if pick in raced else current.leader
         to_pick = relative_to(trials, pick)
-        going = next_leg(current, self.wide, self.floor, self.pairs_per_leg, pick, to_pick, self.max_legs - run)
         base = [baseline] if baseline in raced and baseline != pick else []
+        going = next_leg(current, self.wide, self.floor, self.pairs_per_leg, pick, to_pick, self.max_legs - run,
+                         base[0] if base else None)
         young = [c for c in raced if legs_raced(trials, c) < self.first_legs]
         if young:  # beside the best of those that ran their first legs: its ratio to them is the one it lacks
             best = [c for c in current.order if c not in young][:1]
