@@ -115,13 +115,14 @@ class Meter:
     """Drives the loader through phases of a trial and times them."""
 
     def __init__(self, loader: DataLoader, consume: Callable, sync: Callable, count: SampleCounter,
-                 align_s: float = math.inf, restarts: bool = False, cache: CacheSetting | None = None):
+                 align_s: float = math.inf, restarts: bool = False, cache: CacheSetting | None = None,
+                 answers: str | None = None):
         self.loader, self.consume, self.sync, self.count = loader, consume, sync, count
         self.cache = cache  # each block's bytes from storage and from read(), main process and workers
         # cold: the files are dropped again at every epoch boundary, untimed, so that the next epoch's
         # samples, read in the epoch before, come from storage as in training's first epoch
         self.cold = cache is not None and cache.state == "cold"
-        self.answers: str | None = None  # cold, with workers: where they answer a release (``WorkerRelease``)
+        self.answers = answers  # cold, with workers: where they answer a release (``WorkerRelease``)
         self.paused = 0.0  # seconds of the current block spent setting the cold state, not the loader's
         self.align_s = align_s  # epochs up to this long are measured whole
         self.restarts = restarts  # every epoch starts its workers again (num_workers > 0, not persistent)
@@ -344,10 +345,8 @@ def build_meter(spec: LoadedSpec, config: TrialConfig, device: torch.device, tim
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         gpu.reset_peaks(device)
-    meter = Meter(source, consumer, device_sync(device),
-                  SampleCounter(spec, config, options.drop_last, shard_length),
-                  ALIGN_EPOCHS_UP_TO * timing.block_s if whole_epochs else -math.inf,
-                  restarts=whole_epochs and config.num_workers > 0 and not config.persistent_workers,
-                  cache=timing.cache)
-    meter.answers = answers
-    return meter
+    return Meter(source, consumer, device_sync(device),
+                 SampleCounter(spec, config, options.drop_last, shard_length),
+                 ALIGN_EPOCHS_UP_TO * timing.block_s if whole_epochs else -math.inf,
+                 restarts=whole_epochs and config.num_workers > 0 and not config.persistent_workers,
+                 cache=timing.cache, answers=answers)

@@ -14,11 +14,13 @@ is reaped, so the main process's reading plus its live workers' covers workers t
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import mmap
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -332,9 +334,6 @@ def answer_file() -> str:
     """A new empty file for workers' answers (``WorkerRelease``), removed when this process exits; the
     process ignores ``RELEASE_SIGNAL`` from now on, so that a worker it forks ignores one that comes
     before its ``worker_init_fn`` has run, instead of ending (the signal's default)."""
-    import atexit
-    import tempfile
-
     fd, path = tempfile.mkstemp(prefix="loadtune-release-", suffix=".answers")
     os.close(fd)
     atexit.register(_remove, path)
