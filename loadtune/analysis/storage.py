@@ -218,6 +218,20 @@ def pick_readahead(result: ScanResult, short: bool = False) -> str | None:
     return readahead_note(read_figures(pick.trials), pick.batch, rec.config.batch_size, short)
 
 
+def bound_caveat(result: ScanResult) -> str | None:
+    """Where readahead fetched many times what a sample holds (``pick_readahead``): the bound's caps are
+    the stages' costs and count no cap for storage's bandwidth, which such reads spend; the rate the
+    pick made storage fetch at while timed, measured, says how much."""
+    rec = result.recommendation
+    pick = result.config_result(rec.config) if rec else None
+    figures = read_figures(pick.trials) if pick is not None and pick.ok else None
+    if figures is None or pick_readahead(result) is None:
+        return None
+    fetched = figures.storage * pick.estimate.median
+    return (f"The bound counts no cap for storage's bandwidth: storage fetched {fetched / 1e6:,.0f} MB/s for this config while "
+            f"timed ({kib(figures.storage)} a sample: readahead, see the notes); stop the readahead first")
+
+
 def storage_notes(result: ScanResult) -> list[str]:
     """The report's lines on the page cache: the state measured and why, what the pick read per sample,
     the other state's figures, runs that read in another state, and a state the pick's measured memory

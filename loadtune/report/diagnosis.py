@@ -7,6 +7,7 @@ from rich.text import Text
 
 from loadtune.analysis import bound as bound_mod
 from loadtune.analysis.bound import scan_bound
+from loadtune.analysis.storage import bound_caveat
 from loadtune.model.results import ScanResult
 from loadtune.model.stages import StageCost
 from loadtune.report.text import ms, rate
@@ -93,7 +94,8 @@ def bound_text(result: ScanResult) -> Text:
         out.append(f" ({tie.name}: {rate(tie.rate)}/s) ties with it within that spread")
     out.append(pick_against_bound(result) + "\n")
     out.append(busy_text(result))
-    out.append(move_text(bound))
+    caveat = bound_caveat(result)
+    out.append(f"{caveat}.\n" if caveat else move_text(bound))  # the stages' advice misleads while readahead rules
     return out
 
 
@@ -102,7 +104,8 @@ def short_bound_text(result: ScanResult) -> str:
     bound = scan_bound(result)
     if bound is None:
         return ""
-    return f"Bound: {rate(bound.rate)} samples/s, set by {bound.stage}{pick_against_bound(result)}\n"
+    caveat = " Storage's bandwidth not counted: see the readahead note." if bound_caveat(result) else ""
+    return f"Bound: {rate(bound.rate)} samples/s, set by {bound.stage}{pick_against_bound(result)}{caveat}\n"
 
 
 def busy_text(result: ScanResult) -> str:
