@@ -20,6 +20,7 @@ sys.path.insert(0, str(SPECS))
 import files as files_spec  # noqa: E402
 
 GiB = 1024**3
+W0 = TrialConfig(32, 0, False, None, False)
 
 
 # ---- pure ---------------------------------------------------------------------------------------------
@@ -59,6 +60,35 @@ def test_a_mapped_file_whose_reads_fetch_many_times_a_sample_is_told_to_stop_the
     assert readahead_note(ReadFigures(storage=7 * 1024**2, read=7 * 1024**2), batch, 32) is None  # read(): a file read whole
     assert readahead_note(ReadFigures(storage=60 * 1024, read=0), batch, 32) is None  # about what a sample holds
     assert readahead_note(ReadFigures(storage=7 * 1024**2, read=0), None, 32) is None  # no batch seen: nothing to weigh
+
+
+def test_where_readahead_rules_a_cold_scan_the_bound_says_what_it_leaves_out():
+    """The pick fetched 7 MiB from storage for each 48 KiB sample through a mapping: the note and the
+    bound's caveat say so (the bound's stages count no cap for storage's bandwidth); the same run
+    reading through ``read()`` gets neither."""
+    from dataclasses import replace
+
+    from conftest import empty_result, fake_trial
+    from loadtune.analysis.storage import bound_caveat, pick_readahead
+    from loadtune.model.results import Recommendation
+    from loadtune.model.storage import StorageState
+
+    def scan(read_bytes: int) -> object:
+        result = empty_result()
+        trial = fake_trial(W0, 150.0)
+        trial.blocks = [replace(b, storage_bytes=7 * 2**20 * b.samples, read_bytes=read_bytes * b.samples) for b in trial.blocks]
+        trial.batch = BatchInfo(32 * 48 * 1024, samples=32)
+        result.trials = [trial]
+        result.storage = StorageState("cold", COLD, "as asked")
+        result.recommendation = Recommendation(W0, W0, [], W0, None, None, None, "")
+        return result
+
+    mapped = scan(0)
+    assert "MADV_RANDOM" in pick_readahead(mapped, short=True)
+    caveat = bound_caveat(mapped)
+    assert caveat and "no cap for storage's bandwidth" in caveat and "MB/s" in caveat
+    read = scan(7 * 2**20)
+    assert pick_readahead(read) is None and bound_caveat(read) is None
 
 
 def trial_reading(storage_per_sample: int, samples: int = 100) -> Trial:
