@@ -342,7 +342,7 @@ def referee_disputes(run: Run) -> int:
                 observer.trial_finished(len(result.trials) - 1, trial, result)
         run.save()
 
-    return referee(result.trials, opts.noise_floor, run_alone, run.fits, recorded)
+    return referee(result.trials, opts.noise_floor, run_alone, lambda trials: run.fits(trials + 1), recorded)  # + the closing calibration
 
 
 def run_quietly(run: Run, config: TrialConfig, round_: int) -> Trial:
