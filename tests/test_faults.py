@@ -171,7 +171,7 @@ def test_resume_continues_without_rerunning_finished_trials(tmp_path):
     assert proc.returncode == 0, proc.stderr
     after = json.loads(out.read_text())
     assert after["state"] == "complete"
-    search = [t for t in after["trials"] if t["round"] == 0 and not t["leg"]]  # the search's, not the race's legs
+    search = [t for t in after["trials"] if t["round"] == 0 and not t["leg"] and not t.get("referee")]  # no race legs, no referee rounds
     assert sorted(t["config"]["num_workers"] for t in search) == [0, 1, 2]  # each once
     for t in search:
         if t["config"]["num_workers"] in finished:
