@@ -19,7 +19,7 @@ from loadtune.analysis.race import race_ratio, raced_configs
 from loadtune.analysis.state import COLD_SHARE, MIXED, ReadFigures, cache_state, off_state, read_figures
 from loadtune.model.batch import BatchInfo
 from loadtune.model.config import TrialConfig
-from loadtune.model.results import ScanResult, by_config
+from loadtune.model.results import ConfigResult, ScanResult, by_config
 from loadtune.model.storage import COLD, WARM
 from loadtune.model.trial import Trial
 
@@ -209,24 +209,28 @@ def other_state_notes(result: ScanResult, pick: TrialConfig, pick_rate: float) -
     return out
 
 
-def pick_readahead(result: ScanResult, short: bool = False) -> str | None:
-    """``readahead_note`` for the pick's runs in a cold scan (a warm one fetches next to nothing)."""
+def cold_pick_reads(result: ScanResult) -> tuple[ConfigResult, ReadFigures] | None:
+    """The pick of a cold scan and what its runs read per sample (a warm one fetches next to nothing)."""
     rec = result.recommendation
     pick = result.config_result(rec.config) if rec and result.storage and result.storage.state == COLD else None
-    if pick is None or not pick.ok:
-        return None
-    return readahead_note(read_figures(pick.trials), pick.batch, rec.config.batch_size, short)
+    figures = read_figures(pick.trials) if pick is not None and pick.ok else None
+    return (pick, figures) if figures is not None else None
+
+
+def pick_readahead(result: ScanResult, short: bool = False) -> str | None:
+    """``readahead_note`` for the pick's runs in a cold scan."""
+    reads = cold_pick_reads(result)
+    return readahead_note(reads[1], reads[0].batch, reads[0].config.batch_size, short) if reads else None
 
 
 def bound_caveat(result: ScanResult) -> str | None:
     """Where readahead fetched many times what a sample holds (``pick_readahead``): the bound's caps are
     the stages' costs and count no cap for storage's bandwidth, which such reads spend; the rate the
     pick made storage fetch at while timed, measured, says how much."""
-    rec = result.recommendation
-    pick = result.config_result(rec.config) if rec else None
-    figures = read_figures(pick.trials) if pick is not None and pick.ok else None
-    if figures is None or pick_readahead(result) is None:
+    reads = cold_pick_reads(result)
+    if reads is None or pick_readahead(result) is None:
         return None
+    pick, figures = reads
     fetched = figures.storage * pick.estimate.median
     return (f"The bound counts no cap for storage's bandwidth: storage fetched {fetched / 1e6:,.0f} MB/s for this config while "
             f"timed ({kib(figures.storage)} a sample: readahead, see the notes); stop the readahead first")

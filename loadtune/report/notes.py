@@ -63,8 +63,9 @@ def short_notes(result: ScanResult, rows: list[Row], width: int = 80) -> tuple[l
         out.append(Text(f"• {', '.join(result.label(r.config.config) for r in wide)}: a long run's 95% interval spans over 2× "
                         "(runs land far apart here): a quieter machine or a longer scan (--budget) narrows it.", style="yellow"))
     out += [Text(f"• {s.what} skipped: {first_clause(s.why)}", style="dim") for s in result.skipped]
+    full_ahead = pick_readahead(result)  # shown above in its short form
     others = (result.notes + (result.stages.notes if result.stages is not None else [])
-              + copy_notes(result) + gpu_notes(result) + [n for n in cache[1:] if n != pick_readahead(result)])
+              + copy_notes(result) + gpu_notes(result) + [n for n in cache[1:] if n != full_ahead])
     return [two_lines(note, width) for note in out], len(others)
 
 
