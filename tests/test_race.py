@@ -780,9 +780,9 @@ def refereed(race_rates: dict, solo_rates: dict, alone_rates: dict, rounds_fit: 
 
 def test_a_race_the_runs_alone_contradict_is_measured_again_alone_and_the_rounds_rule():
     """A copy-on-write dataset's race read w0 at 1.00x w2 where their runs alone read 0.72x (plain loops:
-    0.79x). The pair is timed again alone, back to back in fresh processes, until the rounds place it
-    against the floor; the verdict, the pick and the gain read the rounds, and the note says which
-    reading held."""
+    0.79x). The pair is timed again alone, back to back in fresh processes, until the rounds bear out one
+    reading and place the pair against the floor; the verdict, the pick and the gain read the rounds,
+    and the note says which reading held."""
     from loadtune.analysis.race import disputes, referee_note, referee_ratio
     solo = [fake_trial(W0, 720.0), fake_trial(W2, 1000.0)]
     trials = solo + race_trials({W0: 1000.0, W2: 1000.0}, legs=3, seed=2, block_noise=0.02)
@@ -801,12 +801,33 @@ def test_a_race_the_runs_alone_contradict_is_measured_again_alone_and_the_rounds
 
 
 def test_a_race_the_rounds_alone_confirm_is_kept_and_an_unruled_pair_keeps_the_race():
-    from loadtune.analysis.race import leg_ratio, referee_note
+    """Rounds that bear out the race leave the pair's ratio, and the gain, the race's: its turns side by
+    side measure that ratio more tightly than a few process pairs. One round rules nothing."""
+    from loadtune.analysis.race import by_rounds, leg_ratio, referee_note, referee_ratio
     trials, rounds = refereed({W0: 1000.0, W2: 1000.0}, {W0: 720.0, W2: 1000.0}, {W0: 1000.0, W2: 1000.0})
-    assert 3 <= rounds <= 4 and "the race held" in referee_note(trials)
+    assert rounds == 3 and "the race held, and its interval stands" in referee_note(trials)
+    assert race_ratio(trials, W0, W2) == leg_ratio(trials, W0, W2) != referee_ratio(trials, W0, W2)
+    assert not by_rounds(trials, W0, W2)
     trials, rounds = refereed({W0: 1000.0, W2: 1000.0}, {W0: 720.0, W2: 1000.0}, {W0: 790.0, W2: 1000.0}, rounds_fit=1)
     assert rounds == 1 and race_ratio(trials, W0, W2) == leg_ratio(trials, W0, W2)  # one round rules nothing
     assert "1 round alone, too few to rule" in referee_note(trials)
+
+
+def test_rounds_too_rough_to_favour_either_reading_give_their_own_ratio():
+    """The README example's refereed pair: the race read w0 at 0.69x w4, the runs alone 0.51x, and four
+    rounds read 0.68x (0.45-1.01): the race held (the rounds' mean lies at its reading), and the gain
+    keeps the race's interval. Rounds whose mean lies halfway between the two readings favour neither;
+    their own ratio stands, and the referee runs every round it may."""
+    from loadtune.analysis.race import ALONE_HELD, RACE_HELD, Ruling, t_odds
+    from loadtune.analysis.comparison import Comparison
+    se, df = math.log(1.01 / 0.45) / 2 / 3.182, 3
+    assert t_odds(math.log(0.69 / 0.68), math.log(0.51 / 0.68), se, df) > 5  # the race held
+    assert 1 / 5 < t_odds(math.log(0.69 / 0.60), math.log(0.51 / 0.60), se, df) < 5  # halfway: neither
+    rounds, raced = Comparison(0.6, 0.4, 0.9, 4, 4, se, df), Comparison(0.69, 0.63, 0.75, 12, 4)
+    assert Ruling(raced, 0.51, rounds, None).ratio is rounds and Ruling(raced, 0.51, rounds, ALONE_HELD).ratio is rounds
+    assert Ruling(raced, 0.51, rounds, RACE_HELD).ratio is raced
+    trials, rounds_run = refereed({W0: 1000.0, W2: 1000.0}, {W0: 720.0, W2: 1000.0}, {W0: 850.0, W2: 1000.0})
+    assert rounds_run == 4  # 0.85: between 0.72 and 1.00, the rounds run to the last one allowed
 
 
 def test_a_race_its_runs_alone_agree_with_or_whose_runs_blocks_explain_the_gap_is_not_refereed():

@@ -66,6 +66,10 @@ REGIME_GAP = 0.15
 # measured again alone (``disputes``), and the rounds of that measurement that settle it
 DISPUTE_GAP = 0.15
 REFEREE_LEAST = 3
+# the odds by which the rounds must favour one reading (the race's or the runs' alone) to say it held: at
+# 5 to 1, neither reading favoured beforehand, the other one held at most one time in six
+HELD_ODDS = 5.0
+RACE_HELD, ALONE_HELD = "race", "alone"
 
 
 @dataclass(frozen=True)
@@ -146,10 +150,16 @@ def leg_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Comparison
 
 
 def race_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Comparison | None:
-    """``a / b`` as the scan rules it: from the referee's rounds where the pair was measured again alone
-    (``referee_ratio``: the race and the runs alone disagreed, and the rounds settled which held), else
-    side by side in the race (``leg_ratio``)."""
-    return referee_ratio(trials, a, b) or leg_ratio(trials, a, b)
+    """``a / b`` as the scan rules it: where the referee measured the pair again alone, as its ruling
+    has it (``Ruling.ratio``), else side by side in the race (``leg_ratio``)."""
+    ruled = ruling(trials, a, b)
+    return ruled.ratio if ruled is not None else leg_ratio(trials, a, b)
+
+
+def by_rounds(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> bool:
+    """Whether the pair's ratio is the referee's rounds' (``Ruling.ratio``), not the race's turns."""
+    ruled = ruling(trials, a, b)
+    return ruled is not None and ruled.ratio is ruled.rounds
 
 
 def referee_logs(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> list[float]:
@@ -166,6 +176,52 @@ def referee_ratio(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Compar
     """``a / b`` from the referee's rounds (``referee_logs``), each round a process pair of its own;
     None before ``REFEREE_LEAST`` rounds."""
     return compare(singly(referee_logs(trials, a, b)), least=REFEREE_LEAST)
+
+
+@dataclass(frozen=True)
+class Ruling:
+    """A pair the referee measured again alone: the race's reading, the runs' alone, the rounds', and
+    which of the first two the rounds bear out (``RACE_HELD``, ``ALONE_HELD``, or None: neither by
+    ``HELD_ODDS``)."""
+
+    raced: Comparison
+    solo: float
+    rounds: Comparison
+    held: str | None
+
+    @property
+    def ratio(self) -> Comparison:
+        """The pair's ratio: the race's where the rounds bear it out (its turns side by side measure
+        the same ratio more tightly than a few process pairs: four rounds of the README example read
+        0.68x (0.45-1.01) where the race read 0.69x +-9%), else the rounds' own (the race read
+        something training does not see, or the rounds cannot yet say which reading held)."""
+        return self.raced if self.held == RACE_HELD else self.rounds
+
+
+def ruling(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Ruling | None:
+    """The referee's ruling on ``a / b``; None where its rounds are too few (``referee_ratio``) or a
+    reading to weigh them against is missing. A reading held where the rounds' mean is ``HELD_ODDS``
+    times likelier under it than under the other (Student's t with the rounds' own error)."""
+    rounds = referee_ratio(trials, a, b)
+    if rounds is None:
+        return None
+    raced = leg_ratio(trials, a, b)
+    by = {c.config: c for c in by_config([t for t in trials if not t.referee])}
+    solo = solo_point(by[a], by[b]) if a in by and b in by else None
+    if raced is None or solo is None:
+        return None
+    odds = t_odds(math.log(raced.value / rounds.value), math.log(solo / rounds.value), rounds.se, rounds.df)
+    held = RACE_HELD if odds >= HELD_ODDS else ALONE_HELD if odds <= 1 / HELD_ODDS else None
+    return Ruling(raced, solo, rounds, held)
+
+
+def t_odds(near: float, far: float, se: float, df: int) -> float:
+    """How much likelier an estimate lies ``near`` (in standard errors ``se``) a true value than ``far``
+    from another, with Student's t of ``df`` degrees of freedom: the few rounds' error is itself rough."""
+    if se <= 0 or df < 1:
+        return math.inf if abs(near) < abs(far) else 0.0 if abs(near) > abs(far) else 1.0
+    density = lambda d: (1 + (d / se) ** 2 / df) ** (-(df + 1) / 2)
+    return density(near) / density(far)
 
 
 def solo_point(a: ConfigResult, b: ConfigResult) -> float | None:
@@ -210,27 +266,27 @@ def disputes(trials: list[Trial], v: RaceVerdict | None) -> list[tuple[TrialConf
 
 def referee_note(trials: list[Trial]) -> str | None:
     """What the scan says of each pair it refereed: the race's reading, the runs' alone, the rounds',
-    and which of the first two held (the nearer to the rounds, in the log)."""
+    and which of the first two held (``ruling``)."""
     pairs = list(dict.fromkeys(tuple(sorted((t.config for t in trials if t.referee == r), key=lambda c: c.key))
                                for r in {t.referee for t in trials if t.referee}))
-    by = {c.config: c for c in by_config([t for t in trials if not t.referee])}
     parts = []
     for pair in pairs:
         if len(pair) != 2:
             continue
         a, b = pair
-        ruled, raced = referee_ratio(trials, a, b), leg_ratio(trials, a, b)
-        solo = solo_point(by[a], by[b]) if a in by and b in by else None
-        if raced is None or solo is None:
-            continue
-        said = f"{a.label()} / {b.label()}: the race read {raced.value:.2f}×, the runs alone {solo:.2f}×; "
+        ruled = ruling(trials, a, b)
         if ruled is None:
+            if referee_ratio(trials, a, b) is not None:
+                continue  # rounds enough, but no race or no runs alone to weigh them against
             rounds = len(referee_logs(trials, a, b))
-            parts.append(said + f"{rounds} round{'s' if rounds != 1 else ''} alone, too few to rule (the budget, or a "
-                         "failed trial): the race's reading stands")
+            parts.append(f"{a.label()} / {b.label()}: {rounds} round{'s' if rounds != 1 else ''} alone, too few to "
+                         "rule (the budget, or a failed trial): the race's reading stands")
             continue
-        held = "the runs alone" if abs(math.log(solo / ruled.value)) < abs(math.log(raced.value / ruled.value)) else "the race"
-        parts.append(said + f"{ruled.pairs} rounds alone in fresh processes read {ruled.text()}: {held} held")
+        said = (f"{a.label()} / {b.label()}: the race read {ruled.raced.value:.2f}×, the runs alone {ruled.solo:.2f}×; "
+                f"{ruled.rounds.pairs} rounds alone in fresh processes read {ruled.rounds.text()}: ")
+        parts.append(said + {RACE_HELD: "the race held, and its interval stands",
+                             ALONE_HELD: "the runs alone held, and the rounds' interval stands"}.get(
+            ruled.held, "too few to say which held, and the rounds' interval stands"))
     if not parts:
         return None
     return ("measured again where the race and the runs alone disagreed by more than "

@@ -22,7 +22,7 @@ from loadtune.model.settings import NOISE_FLOOR
 from loadtune.analysis.footprint import fresh_text, over_limit, size_text, takes_fresh_pages
 from loadtune.analysis.noise import clearly_faster, gain, run_noise
 from loadtune.analysis.comparison import SLOWER, TIED, UNDECIDED, too_wide
-from loadtune.analysis.race import (LEADER, RaceVerdict, allocator_moves, allocator_regimes, pair_noise, race_ratio, referee_ratio,
+from loadtune.analysis.race import (LEADER, RaceVerdict, allocator_moves, allocator_regimes, pair_noise, race_ratio, by_rounds,
                                     relative_to, run_range, unsettled)
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.stats import indistinguishable
@@ -162,7 +162,7 @@ def gain_over(trials: list[Trial], configs: list[ConfigResult], pick: ConfigResu
             return {**none, "speedup_low": apart[1], "speedup_high": apart[2], "gain_unsettled": apart[0]}
         paired = race_ratio(trials, pick.config, base.config)
         if paired is not None:
-            rounds = referee_ratio(trials, pick.config, base.config) is not None  # timed again alone, in rounds
+            rounds = by_rounds(trials, pick.config, base.config)  # timed again alone, in rounds that rule it
             return {"speedup": paired.value, "speedup_low": paired.low, "speedup_high": paired.high,
                     "speedup_rounds" if rounds else "speedup_pairs": paired.pairs}
     speed = gain(pick, base, run_noise(configs))
@@ -201,7 +201,7 @@ def defaults_versus(trials: list[Trial], pick: TrialConfig) -> Versus | None:
     raced = {c: r for c, r in relative_to(trials, pick).items() if c.num_workers}
     if raced:
         runner, r = max(raced.items(), key=lambda item: item[1].value)
-        rounds = referee_ratio(trials, runner, pick) is not None  # the pair was timed again alone: rounds, not turns
+        rounds = by_rounds(trials, runner, pick)  # the pair was timed again alone: rounds, not turns
         return Versus(runner, 1 / r.value, 1 / r.high, 1 / r.low, pairs=0 if rounds else r.pairs,
                       rounds=r.pairs if rounds else 0)
     configs = by_config(trials)

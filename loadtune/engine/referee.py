@@ -6,19 +6,21 @@ not see, and the scan does not outvote either: it times the pair again the way a
 runs, each config alone in a fresh trial process, the two back to back in an order that alternates
 from round to round (a b, b a, ...), so the machine's drift hits both alike. Each round's ratio of
 the two medians is one observation (``analysis.race.referee_ratio``); from then on the pair's ratio
-is the rounds', which the verdict, the pick and the gain read (``analysis.race.race_ratio``).
+is the rounds' where they bear out the runs alone or cannot yet say which reading held, and the
+race's where they bear out the race (``analysis.race.ruling``): the verdict, the pick and the gain read
+it (``analysis.race.race_ratio``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from loadtune.analysis.comparison import UNDECIDED
-from loadtune.analysis.race import REFEREE_LEAST, disputes, referee_ratio, verdict
+from loadtune.analysis.comparison import UNDECIDED, Comparison
+from loadtune.analysis.race import ALONE_HELD, REFEREE_LEAST, disputes, ruling, verdict
 from loadtune.model.config import TrialConfig
 from loadtune.model.trial import Trial
 
-MAX_ROUNDS = 4  # rounds at most for one pair: past ``REFEREE_LEAST``, only while the ratio is undecided (each costs two trials)
+MAX_ROUNDS = 4  # rounds at most for one pair: past ``REFEREE_LEAST``, only while unruled (each costs two trials)
 MAX_PAIRS = 2  # pairs refereed at most in one scan
 
 
@@ -50,7 +52,11 @@ def referee(trials: list[Trial], floor: float, run_alone: Callable[[TrialConfig]
 
 
 def placed(trials: list[Trial], a: TrialConfig, b: TrialConfig, floor: float) -> bool:
-    """Whether the rounds place the pair against the floor: one clearly slower than the other (either
-    way round), or the two tied; or no ratio to place (a failed round)."""
-    ruled = [referee_ratio(trials, x, y) for x, y in ((a, b), (b, a))]
-    return any(r is None or r.against_floor(floor) != UNDECIDED for r in ruled)
+    """Whether the rounds have ruled the pair: they bear out the race's reading (whose interval then
+    stands), or the runs alone's with their own ratio placed against the floor (one clearly slower than
+    the other, or the two tied); or there is nothing to rule on (a failed round)."""
+    ruled = ruling(trials, a, b)
+    if ruled is None or ruled.held is None:
+        return ruled is None
+    inverse = Comparison(1 / ruled.rounds.value, 1 / ruled.rounds.high, 1 / ruled.rounds.low, 0, 0)
+    return ruled.held != ALONE_HELD or any(r.against_floor(floor) != UNDECIDED for r in (ruled.rounds, inverse))

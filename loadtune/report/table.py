@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.analysis.noise import NOTHING_LEARNED, RunNoise, long_run, run_noise, spans_runs
-from loadtune.analysis.race import referee_ratio, relative_to, unsettled_configs
+from loadtune.analysis.race import by_rounds, relative_to, unsettled_configs
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.analysis.recommend import noise_floor_of
 from loadtune.analysis.view import Row, rows as view_rows, too_wide
@@ -127,12 +127,12 @@ def column_parts(result: ScanResult, shown: list[str], short: bool = False) -> l
 def race_figures(result: ScanResult) -> tuple[dict, frozenset, frozenset]:
     """Each raced config's ratio to the pick with its interval, the configs whose ratio is unsettled
     (``race_cell``: no interval shown for them), and those whose ratio the referee's rounds alone gave
-    (``analysis.race.referee_ratio``); all empty without a pick or a race."""
+    (``analysis.race.by_rounds``); all empty without a pick or a race."""
     rec = result.recommendation
     if rec is None:
         return {}, frozenset(), frozenset()
     relative = relative_to(result.trials, rec.config)
-    ruled = frozenset(c for c in relative if referee_ratio(result.trials, c, rec.config) is not None)
+    ruled = frozenset(c for c in relative if by_rounds(result.trials, c, rec.config))
     return relative, unsettled_configs(race_verdict(result.trials, noise_floor_of(result))), ruled
 
 
