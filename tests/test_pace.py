@@ -39,3 +39,50 @@ def test_the_pace_is_measured_on_this_machine_from_real_processes():
     pace = measure_pace(seconds=1.5, processes=1)
     assert pace is not None and pace.processes == 1 and pace.window_s == 0.1
     assert pace.pairs >= 4 and math.isfinite(pace.spread) and pace.spread >= 0
+
+
+def test_the_pace_is_wanted_only_beside_a_gain_raced_side_by_side_that_stayed_wide():
+    from loadtune.analysis.pace import gain_halfwidth, gain_pace_text, pace_wanted
+    from loadtune.analysis.race import GAIN_WIDE
+    from loadtune.model.config import TrialConfig
+    from loadtune.model.results import Recommendation
+
+    def rec(low, high, pairs):
+        pick = TrialConfig(32, 2)
+        return Recommendation(pick, pick, [], TrialConfig(32, 0), 1.42, low, high, "", speedup_pairs=pairs)
+
+    assert gain_halfwidth(rec(1.25, 1.61, 12)) == pytest.approx(1.61 / 1.42 - 1)  # the wider side
+    assert pace_wanted(rec(1.25, 1.61, 12), GAIN_WIDE)  # ±13%
+    assert not pace_wanted(rec(1.32, 1.53, 12), GAIN_WIDE)  # ±8%
+    assert not pace_wanted(rec(1.25, 1.61, 0), GAIN_WIDE)  # not raced: runs alone or rounds
+    assert not pace_wanted(None, GAIN_WIDE)
+    assert "wandered ±6.8%" in gain_pace_text(0.068, 0.13) and "held steady (±2.0%" in gain_pace_text(0.02, 0.13)
+
+
+def test_a_scan_whose_gain_stayed_wide_measures_the_pace_and_the_report_says_it_beside_the_gain(tmp_path):
+    """The step runs doctor's measurement on this machine (real processes) where the gain is wide, and
+    not where it is narrow; the README example's saved scan (its gain ±22%) then says the pace beside the
+    gain, within its 40 lines."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from conftest import FIXTURES
+    from test_view import render
+
+    from loadtune.engine.scan import pace_beside_gain
+    from loadtune.model.results import ScanResult
+    from loadtune.report.scan import print_report
+
+    result = ScanResult.load(FIXTURES / "readme_scan.json")
+    narrow = ScanResult.load(FIXTURES / "readme_scan.json")
+    narrow.recommendation = dataclasses.replace(narrow.recommendation, speedup_low=1.40, speedup_high=1.50)
+    for r in (result, narrow):
+        r.machine.pace_spread = None
+        pace_beside_gain(SimpleNamespace(plan=SimpleNamespace(result=r), fits=lambda *a, **k: True, save=lambda: None))
+    assert result.machine.pace_spread is not None and result.machine.pace_spread >= 0
+    assert narrow.machine.pace_spread is None
+    result.machine.pace_spread = 0.068
+    text = render(lambda console: print_report(console, result), 80)
+    assert "±22%, as this machine's CPU pace wandered ±6.8%" in " ".join(text.split()), text
+    assert len(text.splitlines()) <= 40
+    assert ScanResult.from_dict(result.to_dict()).machine.pace_spread == 0.068

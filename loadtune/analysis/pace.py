@@ -15,6 +15,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from loadtune.model.results import Recommendation
+
 STEADY = 0.03  # adjacent tenths of a second this close (the spread of their log ratio): a steady pace
 
 
@@ -59,3 +61,29 @@ def pace_of(stamps: list[float], window_s: float, start: float, end: float, proc
     if len(pairs) < 2 or any(not a or not b for a, b in pairs):
         return None
     return CpuPace(statistics.pstdev(math.log(a / b) for a, b in pairs), len(pairs), window_s, processes)
+
+
+def gain_halfwidth(rec: Recommendation) -> float | None:
+    """The relative half-width of the headline gain's interval where the race measured it side by side
+    (``speedup_pairs``); None for a gain from elsewhere, a range, or none."""
+    if not rec.speedup_pairs or rec.speedup is None or rec.speedup_low is None or rec.speedup_high is None:
+        return None
+    return max(rec.speedup_high / rec.speedup - 1, 1 - rec.speedup_low / rec.speedup)
+
+
+def pace_wanted(rec: Recommendation | None, wide: float) -> bool:
+    """Whether the scan should measure the machine's pace: the headline gain, raced side by side,
+    stayed wider than ``wide``. Turns side by side cancel what hits both loaders alike; on a host that
+    moves one vCPU's pace apart from another's, a loader on one core and one on two are not hit alike,
+    and only more turn pairs narrow their ratio. The pace says which this machine is."""
+    width = gain_halfwidth(rec) if rec is not None else None
+    return width is not None and width > wide
+
+
+def gain_pace_text(spread: float, halfwidth: float) -> str:
+    """Beside a wide gain: how steady the CPU's pace was while the scan measured it, and what that means."""
+    if spread <= STEADY:
+        return (f"±{halfwidth:.0%}, though this machine's CPU pace held steady (±{spread:.1%} between tenths "
+                "of a second): the dataset's own turns spread")
+    return (f"±{halfwidth:.0%}, as this machine's CPU pace wandered ±{spread:.1%} between tenths of a second "
+            f"(steady: ±{STEADY:.0%} or less)")

@@ -23,8 +23,11 @@ from loadtune.engine import storage as storage_mod
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
 from loadtune.analysis.budget import STARTUP_S, WARMUP_SHARE, RaceClock, mean_leg_s, measured_leg_s, screening_blocks
-from loadtune.analysis.race import joined_note, precision_note, referee_note, unsettled_configs, unsettled_note
+from loadtune.analysis.pace import pace_wanted
+from loadtune.analysis.race import GAIN_WIDE, joined_note, precision_note, referee_note, unsettled_configs, unsettled_note
 from loadtune.analysis.race import verdict as race_verdict
+from loadtune.engine.pace import SECONDS as PACE_S
+from loadtune.engine.pace import measure_pace
 from loadtune.engine.plan import DEFAULT_BATCH_SIZE, Plan, prepare, race_policy, races, resume_from
 from loadtune.engine.race import RaceRun, ending_note, race, run_leg
 from loadtune.engine.reference import record_reference
@@ -135,6 +138,7 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
         race_contenders(run)
         other_state(run)
         diagnose(run)
+        pace_beside_gain(run)
         conclude(plan)
         result.state = "complete"  # the search is: what follows adds to the result and changes none of it
         save()
@@ -393,6 +397,21 @@ def diagnose(run: Run) -> None:
         else:
             profile_stages(run.plan, run.request_for(result.recommendation.config), run.observer)
             run.save()
+
+
+def pace_beside_gain(run: Run) -> None:
+    """Where the headline gain, raced side by side, stayed wider than ``GAIN_WIDE``: how steady this
+    machine's CPU pace is, measured as ``loadtune doctor`` measures it (``engine.pace``), for the report
+    to say beside the gain whether the machine or the dataset kept it wide. About six seconds, only then
+    and only within the budget; never where a resumed scan measured it already."""
+    result = run.plan.result
+    if result.machine.pace_spread is not None or not pace_wanted(result.recommendation, GAIN_WIDE):
+        return
+    if not run.fits(1, keep_s=PACE_S + STARTUP_S):  # and the closing calibration after it
+        return
+    pace = measure_pace(PACE_S)
+    result.machine.pace_spread = pace.spread if pace is not None else None
+    run.save()
 
 
 def reference(run: Run) -> None:

@@ -39,6 +39,9 @@ class MachineInfo:
     # not measured: older files, other platforms), and the busiest of them ("pip 95%")
     outside_cores: float | None = None
     outside_who: list[str] = field(default_factory=list)
+    # how far the CPU's pace moved between adjacent tenths of a second (``analysis.pace``: the spread of
+    # their log ratio), measured during a scan whose headline gain stayed wide (None: not measured)
+    pace_spread: float | None = None
 
     @property
     def has_accelerator(self) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 from loadtune.analysis.noise import RunNoise, alone, speeds_apart
+from loadtune.analysis.pace import gain_halfwidth, gain_pace_text
+from loadtune.analysis.race import GAIN_WIDE
 from loadtune.analysis.view import too_wide
 from loadtune.analysis.recommend import defaults_versus
 from loadtune.model.results import ConfigResult, ScanResult
@@ -23,7 +25,7 @@ def gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
         return (f"{rec.speedup:.2f}× PyTorch's defaults (num_workers=0, pin_memory=False: {rate(base.median)} samples/s "
                 f"at batch size {rec.baseline.batch_size}), {speedup_how(rec)}, 95% interval {rec.speedup_low:.2f}×–"
                 + (f"{rec.speedup_high:.2f}×" if rec.speedup_high is not None else "unbounded")
-                + two_speeds(defaults, "PyTorch's defaults", noise) + "\n")
+                + pace_beside(result, rec) + two_speeds(defaults, "PyTorch's defaults", noise) + "\n")
     if rec.gain_unsettled and rec.baseline not in (None, rec.config):
         return unsettled_text(rec, "PyTorch's defaults")
     if rec.baseline != rec.config:
@@ -62,7 +64,16 @@ def short_gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
                 "(more race legs narrow it: --race-legs, --budget).\n")
     how = (f"side by side in the race over {rec.speedup_pairs} turn pairs" if rec.speedup_pairs
            else speedup_how(rec).replace("measured ", ""))
-    return f"{rec.speedup:.2f}× PyTorch's defaults (95% interval {rec.speedup_low:.2f}–{high:.2f}×), {how}\n"
+    return f"{rec.speedup:.2f}× PyTorch's defaults (95% interval {rec.speedup_low:.2f}–{high:.2f}×), {how}{pace_beside(result, rec)}\n"
+
+
+def pace_beside(result: ScanResult, rec) -> str:
+    """After a gain raced side by side that stayed wider than ``GAIN_WIDE``: the CPU pace the scan
+    measured then (``engine.scan.pace_beside_gain``), which says whether the machine kept it wide."""
+    spread, width = result.machine.pace_spread, gain_halfwidth(rec)
+    if spread is None or width is None or width <= GAIN_WIDE:
+        return ""
+    return "; " + gain_pace_text(spread, width)
 
 
 def unsettled_text(rec, who: str) -> str:
