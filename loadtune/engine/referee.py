@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loadtune.analysis.comparison import UNDECIDED, Comparison
-from loadtune.analysis.race import ALONE_HELD, REFEREE_LEAST, disputes, ruling, verdict
+from loadtune.analysis.comparison import UNDECIDED
+from loadtune.analysis.race import ALONE_HELD, REFEREE_LEAST, disputes, referee_ratio, ruling, verdict
 from loadtune.model.config import TrialConfig
 from loadtune.model.trial import Trial
 
@@ -58,5 +58,6 @@ def placed(trials: list[Trial], a: TrialConfig, b: TrialConfig, floor: float) ->
     ruled = ruling(trials, a, b)
     if ruled is None or ruled.held is None:
         return ruled is None
-    inverse = Comparison(1 / ruled.rounds.value, 1 / ruled.rounds.high, 1 / ruled.rounds.low, 0, 0)
-    return ruled.held != ALONE_HELD or any(r.against_floor(floor) != UNDECIDED for r in (ruled.rounds, inverse))
+    if ruled.held != ALONE_HELD:
+        return True
+    return any(r is not None and r.against_floor(floor) != UNDECIDED for r in (ruled.rounds, referee_ratio(trials, b, a)))
