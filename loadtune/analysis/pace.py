@@ -73,9 +73,10 @@ def gain_halfwidth(rec: Recommendation) -> float | None:
 
 def pace_wanted(rec: Recommendation | None, wide: float) -> bool:
     """Whether the scan should measure the machine's pace: the headline gain, raced side by side,
-    stayed wider than ``wide``. Turns side by side cancel what hits both loaders alike; on a host that
-    moves one vCPU's pace apart from another's, a loader on one core and one on two are not hit alike,
-    and only more turn pairs narrow their ratio. The pace says which this machine is."""
+    stayed wider than ``wide``. Turns side by side cancel what hits both loaders alike, and only that:
+    where the machine's pace wanders (a host may move one vCPU apart from another, and a loader on one
+    core and one on two are then not hit alike), only more turn pairs narrow their ratio. The pace says
+    whether this machine wanders."""
     width = gain_halfwidth(rec) if rec is not None else None
     return width is not None and width > wide
 
