@@ -6,9 +6,9 @@ not see, and the scan does not outvote either: it times the pair again the way a
 runs, each config alone in a fresh trial process, the two back to back in an order that alternates
 from round to round (a b, b a, ...), so the machine's drift hits both alike. Each round's ratio of
 the two medians is one observation (``analysis.race.referee_ratio``); from then on the pair's ratio
-is the rounds' where they bear out the runs alone or cannot yet say which reading held, and the
-race's where they bear out the race (``analysis.race.ruling``): the verdict, the pick and the gain read
-it (``analysis.race.race_ratio``).
+is the race's where the rounds bear out the race, else the rounds' (they bear out the runs alone, or
+cannot say which reading held: ``analysis.race.ruling``); the verdict, the pick and the gain read it
+(``analysis.race.race_ratio``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loadtune.analysis.comparison import UNDECIDED
-from loadtune.analysis.race import ALONE_HELD, REFEREE_LEAST, disputes, referee_ratio, ruling, verdict
+from loadtune.analysis.race import RACE_HELD, REFEREE_LEAST, disputes, referee_ratio, ruling, verdict
 from loadtune.model.config import TrialConfig
 from loadtune.model.trial import Trial
 
@@ -53,11 +53,11 @@ def referee(trials: list[Trial], floor: float, run_alone: Callable[[TrialConfig]
 
 def placed(trials: list[Trial], a: TrialConfig, b: TrialConfig, floor: float) -> bool:
     """Whether the rounds have ruled the pair: they bear out the race's reading (whose interval then
-    stands), or the runs alone's with their own ratio placed against the floor (one clearly slower than
-    the other, or the two tied); or there is nothing to rule on (a failed round)."""
+    stands), or their own ratio is placed against the floor (one clearly slower than the other, either
+    way round, or the two tied); or there is nothing to rule on (a failed round). A fourth round where
+    neither reading is borne out but the rounds' ratio is placed would cost two trials and seldom
+    decide between readings three rounds could not."""
     ruled = ruling(trials, a, b)
-    if ruled is None or ruled.held is None:
-        return ruled is None
-    if ruled.held != ALONE_HELD:
+    if ruled is None or ruled.held == RACE_HELD:
         return True
     return any(r is not None and r.against_floor(floor) != UNDECIDED for r in (ruled.rounds, referee_ratio(trials, b, a)))
