@@ -193,7 +193,7 @@ class Ruling:
     def ratio(self) -> Comparison:
         """The pair's ratio: the race's where the rounds bear it out (its turns side by side measure
         the same ratio more tightly than a few process pairs: four rounds of the README example read
-        0.68x (0.45-1.01) where the race read 0.69x +-9%), else the rounds' own (the race read
+        0.68x (0.45-1.01) where the race read 0.69x (0.61-0.78)), else the rounds' own (the race read
         something training does not see, or the rounds cannot yet say which reading held)."""
         return self.raced if self.held == RACE_HELD else self.rounds
 
