@@ -56,13 +56,14 @@ def test_the_pace_is_wanted_only_beside_a_gain_raced_side_by_side_that_stayed_wi
     assert not pace_wanted(rec(1.32, 1.53, 12), GAIN_WIDE)  # ±8%
     assert not pace_wanted(rec(1.25, 1.61, 0), GAIN_WIDE)  # not raced: runs alone or rounds
     assert not pace_wanted(None, GAIN_WIDE)
-    assert "wandered ±6.8%" in gain_pace_text(0.068, 0.13) and "held steady (±2.0%" in gain_pace_text(0.02, 0.13)
+    assert "±13%: the CPU's pace wandered ±6.8%" in gain_pace_text(0.068, 0.13)
+    assert "held steady (±2.0%)" in gain_pace_text(0.02, 0.13)
 
 
 def test_a_scan_whose_gain_stayed_wide_measures_the_pace_and_the_report_says_it_beside_the_gain(tmp_path):
     """The step runs doctor's measurement on this machine (real processes) where the gain is wide, and
     not where it is narrow; the README example's saved scan (its gain ±22%) then says the pace beside the
-    gain, within its 40 lines."""
+    gain, in the gain's own lines: the report is no longer for it."""
     import dataclasses
     from types import SimpleNamespace
 
@@ -83,6 +84,6 @@ def test_a_scan_whose_gain_stayed_wide_measures_the_pace_and_the_report_says_it_
     assert narrow.machine.pace_spread is None
     result.machine.pace_spread = 0.068
     text = render(lambda console: print_report(console, result), 80)
-    assert "±22%, as this machine's CPU pace wandered ±6.8%" in " ".join(text.split()), text
-    assert len(text.splitlines()) <= 40
+    assert "over 9 turn pairs; ±22%: the CPU's pace wandered ±6.8% (steady: ±3%)" in " ".join(text.split()), text
+    assert len(text.splitlines()) == len(render(lambda console: print_report(console, narrow), 80).splitlines())
     assert ScanResult.from_dict(result.to_dict()).machine.pace_spread == 0.068

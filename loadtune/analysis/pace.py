@@ -82,9 +82,8 @@ def pace_wanted(rec: Recommendation | None, wide: float) -> bool:
 
 
 def gain_pace_text(spread: float, halfwidth: float) -> str:
-    """Beside a wide gain: how steady the CPU's pace was while the scan measured it, and what that means."""
+    """Beside a wide gain, short enough to keep the gain's line at two lines of a screen: how steady the
+    CPU's pace was (adjacent tenths of a second, as doctor reads it) and so what kept the gain wide."""
     if spread <= STEADY:
-        return (f"±{halfwidth:.0%}, though this machine's CPU pace held steady (±{spread:.1%} between tenths "
-                "of a second): the dataset's own turns spread")
-    return (f"±{halfwidth:.0%}, as this machine's CPU pace wandered ±{spread:.1%} between tenths of a second "
-            f"(steady: ±{STEADY:.0%} or less)")
+        return f"±{halfwidth:.0%}, though the CPU's pace held steady (±{spread:.1%}): the dataset's turns spread"
+    return f"±{halfwidth:.0%}: the CPU's pace wandered ±{spread:.1%} (steady: ±{STEADY:.0%})"
