@@ -228,9 +228,11 @@ def bound_caveat(result: ScanResult) -> str | None:
     the stages' costs and count no cap for storage's bandwidth, which such reads spend; the rate the
     pick made storage fetch at while timed, measured, says how much."""
     reads = cold_pick_reads(result)
-    if reads is None or pick_readahead(result) is None:
+    if reads is None:
         return None
     pick, figures = reads
+    if readahead_note(figures, pick.batch, pick.config.batch_size) is None:
+        return None
     fetched = figures.storage * pick.estimate.median
     return (f"The bound counts no cap for storage's bandwidth: storage fetched {fetched / 1e6:,.0f} MB/s for this config while "
             f"timed ({kib(figures.storage)} a sample: readahead, see the notes); stop the readahead first")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from loadtune.analysis.noise import RunNoise, alone, speeds_apart
-from loadtune.analysis.pace import gain_halfwidth, gain_pace_text
+from loadtune.analysis.pace import gain_halfwidth, gain_pace_text, pace_wanted
 from loadtune.analysis.race import GAIN_WIDE
 from loadtune.analysis.view import too_wide
 from loadtune.analysis.recommend import defaults_versus
@@ -70,10 +70,10 @@ def short_gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
 def pace_beside(result: ScanResult, rec) -> str:
     """After a gain raced side by side that stayed wider than ``GAIN_WIDE``: the CPU pace the scan
     measured then (``engine.scan.pace_beside_gain``), which says whether the machine kept it wide."""
-    spread, width = result.machine.pace_spread, gain_halfwidth(rec)
-    if spread is None or width is None or width <= GAIN_WIDE:
+    spread = result.machine.pace_spread
+    if spread is None or not pace_wanted(rec, GAIN_WIDE):
         return ""
-    return "; " + gain_pace_text(spread, width)
+    return "; " + gain_pace_text(spread, gain_halfwidth(rec))
 
 
 def unsettled_text(rec, who: str) -> str:
