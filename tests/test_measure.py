@@ -135,6 +135,39 @@ def test_whole_epoch_blocks_do_not_end_early_on_a_slow_epoch():
         assert block.seconds >= 0.06
 
 
+class StallOnce(torch.utils.data.Dataset):
+    """Ten samples (batches of 4, 4, 2) that stall once, late in the first epoch: a first epoch slowed by
+    the machine (a busy CI runner), every later one short."""
+
+    def __init__(self):
+        self.stalled = False
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        if i == 9 and not self.stalled:
+            self.stalled = True
+            time.sleep(0.5)
+        return torch.tensor([i])
+
+
+def test_blocks_hold_whole_epochs_even_when_the_first_epoch_stalled():
+    # The warm-up ends by time inside the stalled first epoch (0.5 s, longer than align_s: not short);
+    # the second epoch is short. The block that began mid-epoch holds part of one and is dropped: every
+    # block timed holds whole epochs, 10 samples in 3 batches each.
+    spec = from_objects(StallOnce())
+    events = []
+    measure(spec, TrialConfig(batch_size=4, num_workers=0), torch.device("cpu"),
+            Timing(warmup_s=0.1, block_s=0.05, blocks=4), LoaderOptions(shuffle=False), lambda k, p: events.append((k, p)))
+    warm = next(p for k, p in events if k == "warmup")
+    assert warm.epochs == 0  # the case this is about: the warm-up ended mid-epoch
+    blocks = [p for k, p in events if k == "block"]
+    assert len(blocks) >= 4
+    for block in blocks:
+        assert block.epochs >= 1 and block.samples == 10 * block.epochs and block.batches == 3 * block.epochs
+
+
 def test_long_epochs_keep_time_based_blocks():
     spec = load_spec(SPECS / "short_epoch.py")  # epochs of 3 batches
     config = TrialConfig(batch_size=4, num_workers=0)

@@ -88,6 +88,11 @@ class SizeTally:
         self.samples += n
         self.batches += 1
 
+    def forget(self, samples: int, batches: int) -> None:
+        """A block dropped untimed: its batches leave the mean (the sizes seen stay seen)."""
+        self.samples -= samples
+        self.batches -= batches
+
     def end_epoch(self) -> None:
         if self.held is not None:
             self.ends.add(self.held)
@@ -131,6 +136,7 @@ class Meter:
         self.pending = None
         self.mark = 0.0
         self.aligned = False  # set once a short epoch has ended: phases then end at epoch boundaries
+        self.began_inside = False  # the current phase began inside an epoch
         self.epoch_started = 0.0
         self.epoch_times: list[float] = []  # seconds per epoch (its start-up included), as they end
         self.stats = consume if isinstance(consume, Consumer) else None  # bytes and waits per block
@@ -164,6 +170,12 @@ class Meter:
         fastest = min(self.epoch_times)
         return max(1, math.ceil(min_s / fastest)) if fastest > 0 else 1
 
+    def mid_epoch(self, block: Block) -> bool:
+        """Whether ``block`` was the phase that found the epochs short: it began mid-epoch (cut by
+        time before any epoch had ended short: a slow first epoch, a stall) and holds part of one,
+        which a whole-epoch measurement must not mix in."""
+        return self.aligned and self.began_inside and block.epochs > 0
+
     def startup(self) -> float:
         """Seconds from ``iter(loader)`` to the first batch: worker start-up plus one batch."""
         start = time.perf_counter()
@@ -192,10 +204,13 @@ class Meter:
         is decided before the phase starts (``epochs_for``): ending a block at the first epoch
         boundary past ``min_s`` would end it early exactly when an epoch was slow, and the median of
         such blocks overstated a restarting loader's rate (by up to 40% on
-        benchmarks/archetypes/tiny_dataset.py). A phase still lasts ``min_s`` at least."""
+        benchmarks/archetypes/tiny_dataset.py). A phase still lasts ``min_s`` at least. The phase in
+        which the first short epoch ends began inside an epoch, cut by time, and holds part of one
+        (``mid_epoch``); every later phase starts at an epoch boundary."""
         clock = time.perf_counter
         start, faulted_before, io_before = self.mark, faulted_bytes(), self._io()
         whole = self.epochs_for(min_s) if self.aligned else 0  # epochs this phase spans
+        self.began_inside = self.iterator is not None and self.pending is None  # (the first batch pends at an epoch's start)
         samples = batches = epochs = 0
         waited = asked = 0.0  # host time inside next(): what a CPU consumer waits for data
         consume, time_waits = self._begin_block()
