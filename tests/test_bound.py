@@ -10,10 +10,12 @@ from dataclasses import replace
 import pytest
 
 from loadtune.engine import machine
-from loadtune.analysis.bound import COLLATION, COPY, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, BatchCosts, compute_bound, pick_fraction
+from loadtune.analysis.bound import (COLLATION, COPY, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, STORAGE, STORAGE_BANDWIDTH,
+                                     BatchCosts, compute_bound, pick_fraction)
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.recommend import recommend
 from loadtune.model.results import ScanResult, SpecInfo
+from loadtune.model.estimate import Estimate
 from loadtune.model.stages import StageCost, StageCosts
 from loadtune.model.trial import Block, MemoryUsage, Trial
 from loadtune.model.settings import ScanSettings
@@ -99,6 +101,34 @@ def test_cuda_caps_copy_and_step():
 
 def stage(values_ms: list[float], units: int = 1) -> StageCost:
     return StageCost([v * MS * units for v in values_ms], [units] * len(values_ms))
+
+
+def test_storage_bandwidth_caps_both_modes_however_many_workers():
+    # 7 MiB fetched a sample (readahead through a mapping) from storage that serves 1,000 MB/s: about 136
+    # samples/s, below the workers' 8 x 10 / 21 ms = 3,810 and num_workers=0's 10 / 21 ms = 476
+    c = costs(fetch_cpu=1 * MS, fetch_wall=20 * MS, handoff=1 * MS, storage=10 * 7 * 2**20 / 1e9, storage_bytes=7 * 2**20)
+    bound = compute_bound(c, usable_cores=2, max_workers=8)
+    assert bound.ceiling.name == STORAGE and bound.stage == STORAGE_BANDWIDTH
+    assert bound.rate == pytest.approx(1e9 / (7 * 2**20))
+    assert "1,000 MB/s read cold / 7 MiB fetched a sample" in bound.ceiling.detail
+    assert compute_bound(replace(c, storage=None), usable_cores=2, max_workers=8).stage == IO_WAIT  # warm: no such cap
+    fast = compute_bound(replace(c, storage=c.storage / 100), usable_cores=2, max_workers=8)  # 100x the bandwidth
+    assert fast.ceiling.name == "workers" and fast.workers_needed is not None
+    assert fast.workers_needed * (fast.rate / 8) <= 100 * bound.rate * 1.01  # more workers stop at storage's cap
+
+
+def test_the_storage_cap_counts_only_in_a_cold_scan_and_spans_the_bandwidths_interval():
+    stages = StageCosts(batch_size=10, device="cpu", fetch_cpu=stage([1.0, 1.1, 0.9], 10),
+                        fetch_wall=stage([1.0, 1.1, 0.9], 10), collate=stage([0.1, 0.1, 0.1]),
+                        storage_bytes=2**20, storage_mb_s=Estimate(100.0, 80.0, 125.0, 90.0, 110.0, 10))
+    assert BatchCosts.of(stages).storage is None  # warm: the bandwidth is no cost
+    cold = BatchCosts.of(stages, cold=True)
+    assert cold.storage == pytest.approx(10 * 2**20 / 100e6)
+    assert BatchCosts.of(stages, -1, cold=True).storage < cold.storage < BatchCosts.of(stages, +1, cold=True).storage
+    bound = compute_bound(cold, 2, 4, spread=(BatchCosts.of(stages, -1, True), BatchCosts.of(stages, +1, True)))
+    assert bound.stage == STORAGE_BANDWIDTH
+    assert bound.low == pytest.approx(80e6 / 2**20) and bound.high == pytest.approx(125e6 / 2**20)
+    assert StageCosts.from_dict(json.loads(json.dumps(stages.to_dict()))) == stages
 
 
 def test_stage_cost_mean_is_total_over_units_and_carries_its_noise():

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from loadtune.analysis.diskread import DROPPED, droppable, level_rates, storage_note
 from loadtune.cli.app import app
 from loadtune.engine import diskread
+from loadtune.engine.trial import pagecache
 from loadtune.engine.diskread import Mount, mount_of, mountinfo_mounts
 from loadtune.model.storage_read import StorageReadReport
 
@@ -75,6 +76,31 @@ def test_a_drop_that_left_the_files_cached_is_not_a_drop():
     assert "nfs4 kept 97%" in note and "warm, not cold" in note and "cold figures could not be measured" in note
     assert storage_note(True, 1.0, 0.0, "ext4") is None
     assert "every read comes from storage" in storage_note(True, 0.0, 0.0, "fuse.sshfs")
+
+
+def test_a_large_file_is_read_in_distinct_pieces_and_small_ones_whole(tmp_path):
+    big, small = tmp_path / "big.u8", tmp_path / "small.bin"
+    big.write_bytes(bytes(range(256)) * (5 * 4096 + 16))  # 5 MiB and a little: five whole pieces of 1 MiB
+    small.write_bytes(b"x" * 1000)
+    got = diskread.pieces([str(big), str(small)], random.Random(0))
+    whole = [p for p in got if p.length is None]
+    parts = [p for p in got if p.length is not None]
+    assert [p.path for p in whole] == [str(small)]
+    assert len(parts) == 5 and len({p.offset for p in parts}) == 5
+    assert all(p.offset % diskread.PIECE == 0 and p.offset + p.length <= big.stat().st_size for p in parts)
+    buffer = bytearray(256 * 1024)
+    assert pagecache.read_file(str(big), buffer, 3 * diskread.PIECE, diskread.PIECE) == diskread.PIECE
+    assert pagecache.read_file(str(big), buffer, 3 * diskread.PIECE + 7, 10) == 10 and buffer[:10] == bytes(range(7, 17))
+    assert len(diskread.pieces([str(big)], random.Random(0), most=2)) == 2
+
+
+def test_the_bandwidth_reads_the_dataset_cold_at_the_best_depth(dataset, tmp_path):
+    big = tmp_path / "big.u8"
+    big.write_bytes(os.urandom(3 * diskread.PIECE))
+    os.sync()
+    level = diskread.read_bandwidth(pagecache.files_under([str(dataset[0])]) + (str(big),), levels=(1, 4), seconds=0.1)
+    assert level is not None and level.in_flight in (1, 4) and level.mb_per_s.median > 0
+    assert diskread.read_bandwidth([str(tmp_path / "missing")]) is None
 
 
 def test_level_rates_are_the_median_of_equal_windows():

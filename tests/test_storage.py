@@ -216,6 +216,29 @@ def test_a_cold_scan_reads_every_epoch_of_persistent_workers_from_storage(folder
 
 
 @pytest.mark.slow
+def test_the_profile_measures_what_a_sample_fetches_and_the_storages_bandwidth_on_the_datasets_files(folder):
+    """The cold fetch of files read whole fetched about a sample's bytes each from storage; the
+    bandwidth was read from the same files, cold, and a cold scan's bound gets a cap from the two."""
+    from dataclasses import replace
+
+    from conftest import QUICK_TIMING, quick_request
+    from loadtune.analysis.bound import STORAGE, BatchCosts, ceilings_of
+    from loadtune.engine.spec import SpecRef
+    from loadtune.engine.stages import run_profile
+    from loadtune.engine.trial.pagecache import CacheSetting
+
+    if not droppable_here(pagecache.files_under([str(folder)])):
+        pytest.skip("dropping pages has no effect on this filesystem")
+    timing = replace(QUICK_TIMING, cache=CacheSetting(COLD, (str(folder),)))
+    costs, why = run_profile(SpecRef.parse(SPECS / "files.py"), quick_request(TrialConfig(16, 0), timing))
+    assert costs is not None and costs.error is None, why
+    assert 0.8 * files_spec.FILE_BYTES <= costs.storage_bytes <= 4 * files_spec.FILE_BYTES
+    assert costs.storage_mb_s is not None and costs.storage_mb_s.median > 0 and costs.storage_in_flight
+    assert any(c.name == STORAGE for c in ceilings_of(BatchCosts.of(costs, cold=True), 2, 4))
+    assert not any(c.name == STORAGE for c in ceilings_of(BatchCosts.of(costs), 2, 4))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("state", [COLD, WARM])
 def test_a_scan_reads_every_trial_in_the_state_it_set(folder, tmp_path, state):
     """Cold: every trial (workers or none) fetched about a sample's bytes from storage per sample; warm:

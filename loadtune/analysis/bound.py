@@ -10,7 +10,10 @@ lowest cap is the bound. With workers, the caps are
 - workers: each worker makes its batches one after another, waiting included, so the most workers
   the search may try (the scan's worker range) make at most that many batches at a time;
 - the main thread: it receives every batch and (without an accelerator) runs the step, one at a time;
-- with CUDA: the pin thread, the copy engine, and the step on the device.
+- with CUDA: the pin thread, the copy engine, and the step on the device;
+- in a cold scan, storage: its bandwidth (the profile's cold reads of the dataset's files, many in
+  flight) over the bytes a sample made it fetch (readahead included). It caps both modes alike: no
+  number of workers reads faster than the storage serves.
 
 Without workers (``num_workers=0``) everything runs in turn in the main process. The bound is the
 better of the two modes; the stage named is the largest share of the cap that sets it.
@@ -34,9 +37,13 @@ if TYPE_CHECKING:
     from loadtune.model.results import ScanResult
     from loadtune.model.stages import StageCosts
 
+from loadtune.model.storage import COLD
+
 DATASET_CPU = "dataset CPU work"
 IO_WAIT = "I/O wait"
 STORAGE_READ = "storage read (cold)"  # the profile's fetch from storage: a row of the diagnosis, its I/O wait the cap
+STORAGE_BANDWIDTH = "storage bandwidth"
+STORAGE = "storage"  # the cap both modes share
 COLLATION = "collation"
 HANDOFF = "hand-off between processes"
 MAIN = "main process"
@@ -59,6 +66,9 @@ ADVICE = {
     PIN: "pinning is the bound: fewer bytes per batch (uint8 transfer, normalise on the GPU)",
     COPY: "the host-to-device copy is the bound: fewer bytes per batch (uint8 transfer is a quarter of float32's, "
           "normalise on the GPU), pinned memory with non_blocking copies",
+    STORAGE_BANDWIDTH: "storage's bandwidth is the bound: no loader setting reads faster than the storage serves; fewer "
+                       "bytes fetched a sample (a memory-mapped file read at random: madvise(MADV_RANDOM) stops the "
+                       "readahead), a copy in RAM (tmpfs, or the page cache for a dataset that fits), or faster storage",
     STEP: "the consumer step is the bound: loading keeps up, and no DataLoader setting will make training faster",
 }
 
@@ -136,10 +146,13 @@ class BatchCosts:
     copy: float | None = None
     step: float | None = None
     cuda: bool = False
+    storage: float | None = None  # seconds a batch costs the storage at its bandwidth (cold scans only)
+    storage_bytes: float | None = None  # bytes a sample made it fetch
 
     @classmethod
-    def of(cls, stages: "StageCosts", side: int = 0) -> "BatchCosts":
-        """The mean costs; with ``side`` -1 or +1, every cost at the low or high end of its mean's interval."""
+    def of(cls, stages: "StageCosts", side: int = 0, cold: bool = False) -> "BatchCosts":
+        """The mean costs; with ``side`` -1 or +1, every cost at the low or high end of its mean's
+        interval. ``cold``: the scan reads from storage, whose bandwidth then costs each batch too."""
         b = stages.batch_size
 
         def mean(cost):
@@ -164,7 +177,19 @@ class BatchCosts:
             copy=mean(stages.copy),
             step=mean(stages.step),
             cuda=stages.device.startswith("cuda"),
+            storage=storage_cost(stages, side) if cold else None,
+            storage_bytes=stages.storage_bytes,
         )
+
+
+def storage_cost(stages: "StageCosts", side: int = 0) -> float | None:
+    """Seconds the storage takes to fetch a batch's bytes at its measured bandwidth (``side`` -1: at
+    the high end of the bandwidth's interval, the cost's low end); None where either was not measured."""
+    bandwidth, fetched = stages.storage_mb_s, stages.storage_bytes
+    if bandwidth is None or not fetched:
+        return None
+    mb_s = {0: bandwidth.median, -1: bandwidth.high, 1: bandwidth.low}[side]
+    return stages.batch_size * fetched / (mb_s * 1e6) if mb_s > 0 else None
 
 
 def dataset_stage(cpu: float, wall: float) -> str:
@@ -240,17 +265,33 @@ def in_process_ceiling(c: BatchCosts) -> Ceiling:
                    f"num_workers=0: {total * 1e3:.3g} ms per batch in the main process")
 
 
+def storage_ceiling(c: BatchCosts) -> Ceiling | None:
+    """The storage's bandwidth over the bytes a batch makes it fetch; None where not measured."""
+    if not c.storage or not c.storage_bytes:
+        return None
+    per_sample = c.storage_bytes
+    mb_s = c.batch_size * per_sample / c.storage / 1e6
+    shown = f"{per_sample / 2**20:.3g} MiB" if per_sample >= 2**20 else f"{per_sample / 1024:.3g} KiB"
+    return Ceiling(STORAGE, rate_of(c.batch_size, c.storage), STORAGE_BANDWIDTH,
+                   f"{mb_s:,.0f} MB/s read cold / {shown} fetched a sample")
+
+
 def ceilings_of(costs: BatchCosts, usable_cores: int, max_workers: int, measured: MeasuredCPU | None = None) -> list[Ceiling]:
-    """In-process loading first, then the caps with workers (none when the range has no workers)."""
+    """In-process loading first, then the caps with workers (none when the range has no workers), then
+    storage's (cold scans), which caps both."""
     caps = worker_ceilings(costs, usable_cores, max_workers, measured) if max_workers >= 1 else []
-    return [in_process_ceiling(costs)] + caps
+    storage = storage_ceiling(costs)
+    return [in_process_ceiling(costs)] + caps + ([storage] if storage else [])
 
 
 def limiting(ceilings: list[Ceiling]) -> Ceiling:
-    """The better of loading in the main process (the first) and the lowest cap with workers."""
-    in_process, caps = ceilings[0], ceilings[1:]
+    """The better of loading in the main process (the first) and the lowest cap with workers, unless
+    storage's cap, which binds both, is lower still."""
+    in_process = ceilings[0]
+    caps = [x for x in ceilings[1:] if x.name != STORAGE]
     low = min(caps, key=lambda x: x.rate, default=None)
-    return low if low is not None and low.rate > in_process.rate else in_process
+    best = low if low is not None and low.rate > in_process.rate else in_process
+    return min([best] + [x for x in ceilings[1:] if x.name == STORAGE], key=lambda x: x.rate)
 
 
 def compute_bound(costs: BatchCosts, usable_cores: int, max_workers: int,
@@ -291,8 +332,9 @@ def scan_bound(result: "ScanResult") -> Bound | None:
     max_workers = stages.max_workers
     if max_workers is None:  # a profile without the scan's range: the most workers measured
         max_workers = max((c.config.num_workers for c in result.configs), default=0)
-    spread = (BatchCosts.of(stages, -1), BatchCosts.of(stages, +1))
-    return compute_bound(BatchCosts.of(stages), result.machine.usable_cores, max_workers, spread,
+    cold = result.storage is not None and result.storage.state == COLD
+    spread = (BatchCosts.of(stages, -1, cold), BatchCosts.of(stages, +1, cold))
+    return compute_bound(BatchCosts.of(stages, cold=cold), result.machine.usable_cores, max_workers, spread,
                          measured_cpu(result, stages.batch_size))
 
 

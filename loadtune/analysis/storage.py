@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from loadtune.analysis.bound import STORAGE, scan_bound
 from loadtune.analysis.race import race_ratio, raced_configs
 from loadtune.analysis.state import COLD_SHARE, MIXED, ReadFigures, cache_state, off_state, read_figures
 from loadtune.model.batch import BatchInfo
@@ -224,11 +225,13 @@ def pick_readahead(result: ScanResult, short: bool = False) -> str | None:
 
 
 def bound_caveat(result: ScanResult) -> str | None:
-    """Where readahead fetched many times what a sample holds (``pick_readahead``): the bound's caps are
-    the stages' costs and count no cap for storage's bandwidth, which such reads spend; the rate the
-    pick made storage fetch at while timed, measured, says how much."""
+    """Where readahead fetched many times what a sample holds (``pick_readahead``) and the bound has no
+    cap for storage's bandwidth (a profile that did not measure it: out of time, or a file saved before
+    it was measured), which such reads spend: the rate the pick made storage fetch at while timed says
+    how much."""
     reads = cold_pick_reads(result)
-    if reads is None:
+    bound = scan_bound(result)
+    if reads is None or (bound is not None and any(c.name == STORAGE for c in bound.ceilings)):
         return None
     pick, figures = reads
     if readahead_note(figures, pick.batch, pick.config.batch_size) is None:

@@ -27,6 +27,10 @@ from loadtune.engine.trial.pagecache import (READ_CHUNK, drop, drop_read, files_
 from loadtune.model.storage_read import ReadLevel, StorageReadReport
 
 LEVELS = (1, 4, 16, 64)  # reads in flight
+BANDWIDTH_LEVELS = (16, 64)  # the scan's profile: the storage's bandwidth is its rate with many reads in flight
+BANDWIDTH_SECONDS = 1.0  # per level there
+PIECE = 1 << 20  # a file larger than this is read in pieces of this many bytes, at random offsets
+PIECES = 256  # ...at most this many of one file a pass (distinct: every read of a pass is cold)
 SECONDS = 1.5  # per level: long enough for windows of a few hundred reads on a disk, short enough for four levels
 WINDOWS = 10  # each level's time in this many windows: the median and its interval come from them
 MAX_ROUNDS = 50  # passes over a sample that runs out before a level's time (a few files: each pass is short)
@@ -104,12 +108,37 @@ def sample_files(path: str, size: int, rng: random.Random) -> tuple[int, list[st
     return len(files), chosen
 
 
+@dataclass(frozen=True)
+class Piece:
+    """One read: a file whole (``length`` None), or ``length`` bytes of it from ``offset``."""
+
+    path: str
+    offset: int = 0
+    length: int | None = None
+
+
+def pieces(files: list[str], rng: random.Random, piece: int = PIECE, most: int = PIECES) -> list[Piece]:
+    """The reads of one pass, in random order: each file whole, or, one larger than ``piece``, up to
+    ``most`` distinct pieces of it at random offsets. A dataset reads a large file (an array it maps, a
+    shard) in parts, and a multi-GiB file read whole would be one read that outlasts a level."""
+    out = []
+    for path in files:
+        size = os.stat(path).st_size if readable(path) else 0
+        if size <= piece:
+            out.append(Piece(path))
+            continue
+        slots = size // piece
+        out += [Piece(path, k * piece, piece) for k in rng.sample(range(slots), min(most, slots))]
+    rng.shuffle(out)
+    return out
+
+
 @dataclass
 class Readers:
-    """One level's reads: each thread takes the next file of ``order`` and reads it whole, until the
-    deadline or the files run out; a read counts when it ended by the deadline."""
+    """One level's reads: each thread takes the next read of ``order`` and makes it, until the deadline
+    or the reads run out; a read counts when it ended by the deadline."""
 
-    order: list[str]
+    order: list[Piece]
     deadline: float = 0.0
     reads: list[tuple[float, int]] = field(default_factory=list)  # (when it ended, bytes)
     taken: Iterator[int] = field(default_factory=itertools.count)  # next() is atomic: no two threads take one file
@@ -118,21 +147,22 @@ class Readers:
         buffer = bytearray(READ_CHUNK)  # one per thread, reused: no allocation inside the timed reads
         start_line.wait()
         while time.perf_counter() < self.deadline and (i := next(self.taken)) < len(self.order):
-            n = read_file(self.order[i], buffer)
+            got = self.order[i]
+            n = read_file(got.path, buffer, got.offset, got.length)
             done = time.perf_counter()
             if n and done <= self.deadline:
                 self.reads.append((done, n))
 
     def used(self) -> list[str]:
         """The files taken (read, or begun, and so in the cache now)."""
-        return self.order[:min(next(self.taken), len(self.order))]
+        return sorted({p.path for p in self.order[:min(next(self.taken), len(self.order))]})
 
 
 def read_round(files: list[str], in_flight: int, seconds: float, rng: random.Random) -> tuple[list[tuple[float, int]], float]:
-    """One pass over ``files`` in a fresh random order by ``in_flight`` threads, for ``seconds`` at most:
+    """One pass over ``files`` (``pieces``) in a fresh random order by ``in_flight`` threads, for ``seconds`` at most:
     the reads (when each ended, from the round's start; its bytes) and the round's length. The files
     taken are dropped again afterwards, outside the time, so that the next pass reads them cold too."""
-    readers = Readers(rng.sample(files, len(files)))
+    readers = Readers(pieces(files, rng))
     start_line = threading.Barrier(in_flight + 1)
     threads = [threading.Thread(target=readers.run, args=(start_line,), daemon=True) for _ in range(in_flight)]
     for t in threads:
@@ -184,3 +214,19 @@ def measure(path: str, levels: tuple[int, ...] = LEVELS, seconds: float = SECOND
         levels=[read_level(files, n, seconds, rng) for n in levels],
         note=storage_note(drops, after_read, after_drop, fstype),
     )
+
+
+def read_bandwidth(files: Iterable[str], levels: tuple[int, ...] = BANDWIDTH_LEVELS, seconds: float = BANDWIDTH_SECONDS,
+                   sample: int = SAMPLE, seed: int = 0) -> ReadLevel | None:
+    """The storage's bandwidth for a dataset's ``files``: cold reads of them (whole, or in pieces) at
+    each of ``levels`` reads in flight, and the level that read the most MB/s; None without a file to
+    read. The files read are dropped again afterwards (every one was cold before: nothing is written
+    back). A scan's bound divides it by the bytes a sample makes storage fetch."""
+    rng = random.Random(seed)
+    files = [f for f in files if readable(f)]
+    if not files:
+        return None
+    chosen = rng.sample(files, min(sample, len(files)))
+    drop_read(chosen)
+    read = [read_level(chosen, n, seconds, rng) for n in levels]
+    return max(read, key=lambda level: level.mb_per_s.median)

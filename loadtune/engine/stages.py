@@ -36,7 +36,9 @@ from loadtune.engine.loaders import start
 from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.cpu import process_cpu_s, runqueue_s, worker_pids
 from loadtune.engine.trial.harness import run_trial
-from loadtune.engine.trial.pagecache import CacheSetting, drop_read
+from loadtune.engine.diskread import BANDWIDTH_LEVELS, BANDWIDTH_SECONDS, read_bandwidth
+from loadtune.model.storage_read import ReadLevel
+from loadtune.engine.trial.pagecache import CacheSetting, drop_read, io_of
 from loadtune.engine.trial.setup import LoaderOptions, Timing, TrialFailure, device_sync, make_consumer, make_loader, open_device
 from loadtune.engine.trial.protocol import Kind, TrialRequest, TrialRun
 from loadtune.engine.trial.transfer import move_to, nbytes_of
@@ -110,6 +112,7 @@ class Fetcher:
         self.dataset, self.collate = loader.dataset, loader.collate_fn
         self.batch_size, self.iterable = loader.batch_size or config.batch_size, isinstance(loader.dataset, IterableDataset)
         self.stream = None
+        self.length = len(self.dataset) if not self.iterable and hasattr(self.dataset, "__len__") else None
         if not self.iterable:
             self.indices = self._cycle(loader.batch_sampler)
             self.getitems = getattr(self.dataset, "__getitems__", None)
@@ -244,6 +247,8 @@ class Profiler:
         self.rec = StageRecorders()
         self.samples: list = []  # the latest batch, as fetched ...
         self.local: Any = None  # ... and as collated in this process
+        self.storage_bytes: float | None = None  # bytes storage fetched a sample, read cold
+        self.bandwidth: ReadLevel | None = None  # the storage's, on the dataset's files
 
     def warm_up(self) -> None:
         """Lazily opened files, caches, per-process set-up; also the first batch for what follows."""
@@ -300,20 +305,44 @@ class Profiler:
     def fetch_from_storage(self, cache: CacheSetting) -> None:
         """The fetch again, one thread, with the dataset's files dropped from the page cache first: its
         wall time per sample is what a sample costs from storage (the next samples of the sampler's
-        order, read nowhere yet in this process). The scan sets its own state again afterwards."""
+        order, dropped again where it comes round: an epoch reads no sample twice), and the bytes a
+        sample made storage fetch (``/proc/self/io``). Then the storage's bandwidth on the same files.
+        The scan sets its own state again afterwards."""
         fetch, recorder = self.fetcher.batch, self.rec.storage_read
+        length = self.fetcher.length
         drop_read(cache.files)
+        before, since_drop = io_of("self"), 0
 
         def once() -> None:
+            nonlocal since_drop
+            if length and since_drop + self.fetcher.batch_size > length:  # the order comes round: drop again, untimed
+                drop_read(cache.files)
+                since_drop = 0
             start, queued = time.perf_counter(), runqueue_s()
             got = fetch()
             recorder.add(time.perf_counter() - start - (runqueue_s() - queued), len(got))
+            since_drop += len(got)
 
         set_threads(1)
         try:
             repeat(once, self.st.phase_s / 2, self.deadline)
         finally:
             set_threads(self.threads)
+        after, samples = io_of("self"), sum(recorder.units)
+        if before is not None and after is not None and samples:
+            self.storage_bytes = (after - before).storage / samples
+        self.storage_bandwidth(cache)
+
+    def storage_bandwidth(self, cache: CacheSetting) -> None:
+        """The storage's bandwidth on the dataset's own files (``engine.diskread.read_bandwidth``), where
+        the fetch made it read: with the bytes a sample fetched, the bound's cap for storage."""
+        seconds = BANDWIDTH_SECONDS * len(BANDWIDTH_LEVELS)
+        if not self.storage_bytes or time.perf_counter() + 2 * seconds > self.deadline:
+            return
+        try:
+            self.bandwidth = read_bandwidth(cache.files)
+        except OSError as exc:  # the figure is missing; the rest of the profile stands
+            self.rec.notes.append(f"storage bandwidth not measured: {exc}")
 
     def consumer_stages(self, step_fn: Callable[[Any], Any] | None) -> None:
         """The consumer (the copy to the device and ``step``), timed on a batch received from a worker
@@ -362,8 +391,12 @@ class Profiler:
         repeat(timed(rec.step, lambda: step_fn(on_device), sync), phase_s, self.deadline)
 
     def costs(self) -> StageCosts:
+        bandwidth = self.bandwidth
         return self.rec.costs(batch_size=self.config.batch_size, device=str(self.device),
                               batch_bytes=nbytes_of(self.local), torch_threads=self.threads,
+                              storage_bytes=self.storage_bytes,
+                              storage_mb_s=bandwidth.mb_per_s if bandwidth is not None else None,
+                              storage_in_flight=bandwidth.in_flight if bandwidth is not None else None,
                               wall_s=time.perf_counter() - self.started)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from loadtune.model.estimate import Estimate, estimate, mean_halfwidth
-from loadtune.model.known import known
+from loadtune.model.known import from_known, known
 
 
 @dataclass
@@ -75,6 +75,11 @@ class StageCosts:
     # s per sample: the fetch's wall time (one thread, less CPU waits) with the dataset's files dropped
     # from the page cache first, where the scan knows them: what a sample costs read from storage
     storage_read: StageCost | None = None
+    storage_bytes: float | None = None  # bytes storage fetched a sample in that read (readahead included)
+    # MB/s (10^6 bytes) the storage read of the dataset's files, cold, with ``storage_in_flight`` reads
+    # in flight (the best of a few depths): its bandwidth, which caps every config however many workers
+    storage_mb_s: Estimate | None = None
+    storage_in_flight: int | None = None
     batch_bytes: int = 0  # bytes of the tensors in one batch
     torch_threads: int = 1  # the main process's intra-op threads
     max_workers: int | None = None  # the most workers the scan could try (the bound's I/O ceiling)
@@ -93,4 +98,6 @@ class StageCosts:
         data = known(cls, data)
         for name in cls.COSTS:
             data[name] = StageCost.from_dict(data.get(name))
+        if data.get("storage_mb_s"):
+            data["storage_mb_s"] = from_known(Estimate, data["storage_mb_s"])
         return cls(**data)

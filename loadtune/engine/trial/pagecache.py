@@ -108,13 +108,21 @@ def read_through(files: Iterable[str]) -> int:
     return sum(read_file(path, buffer) for path in files)
 
 
-def read_file(path: str, buffer: bytearray) -> int:
-    """Read one file from start to end through ``buffer`` (reused: a timed read allocates nothing);
-    returns the bytes read, 0 for a file that cannot be opened."""
+def read_file(path: str, buffer: bytearray, offset: int = 0, length: int | None = None) -> int:
+    """Read one file through ``buffer`` (reused: a timed read allocates nothing), from ``offset`` for
+    ``length`` bytes (None: to its end); returns the bytes read, 0 for a file that cannot be opened."""
     total = 0
+    view = memoryview(buffer)
     try:
         with open(path, "rb", buffering=0) as f:
-            while n := f.readinto(buffer):
+            if length is not None and hasattr(os, "posix_fadvise"):  # a piece: no readahead past it
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+            if offset:
+                f.seek(offset)
+            while length is None or total < length:
+                n = f.readinto(view if length is None else view[:min(len(view), length - total)])
+                if not n:
+                    break
                 total += n
     except OSError:
         pass
