@@ -7,7 +7,8 @@ loadtune code in them, interleaved, ``shuffle=True``) time the configs in both s
 file in the page cache; cold, every file dropped from the cache before each run, one epoch at most
 (what every epoch of a dataset larger than RAM reads). Targets: each scan's pick at least 0.95 of the
 plain loops' best in its state; its gain over the defaults within its interval of the plain loops'
-gain; no ``±`` above 100% printed.
+gain; no ``±`` above 100% printed. Each scan's bound (the stage profile's) is kept beside them: the
+plain loops' best against it says whether the bound is one the loader reaches.
 
     python benchmarks/storage.py --rounds 3 --out benchmarks/results/storage_small_files.json.gz
     python benchmarks/storage.py --rounds 2 --throttle-iops 3000 --out benchmarks/results/storage_small_files_3000iops.json.gz
@@ -39,6 +40,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from loadtune.analysis.bound import pick_fraction, scan_bound
+from loadtune.model.results import ScanResult
 
 from meta import REPO, run_meta
 from saved import write_json
@@ -104,11 +108,16 @@ def scan(spec: Path, state: str, out: Path, flags: list[str] | None = None) -> d
     wall = time.monotonic() - started
     data = json.loads(out.read_text())
     rec = data["recommendation"]
+    result = ScanResult.load(out)
+    bound, share = scan_bound(result), pick_fraction(result)
     widths = [float(w.replace(",", "")) for w in re.findall(r"±([\d,.]+)%", proc.stdout)]
     return {"state": state, "exit": proc.returncode, "wall_s": round(wall, 1), "pick": rec["config"], "speedup": rec["speedup"],
             "speedup_low": rec["speedup_low"], "speedup_high": rec["speedup_high"], "widest_pm": max(widths, default=None),
             "storage": {k: v for k, v in data["storage"].items() if k != "other"},
             "other": [(t["config"]["num_workers"], (t.get("samples_per_s") or {}).get("median")) for t in data["storage"]["other"]],
+            "bound": None if bound is None else {"rate": round(bound.rate, 1), "low": bound.low, "high": bound.high,
+                                                 "stage": bound.stage, "pick_share": share,
+                                                 "caps": {c.name: round(c.rate, 1) for c in bound.ceilings}},
             "stdout": proc.stdout}
 
 
@@ -126,7 +135,9 @@ def summary(scans: list[dict], loops: dict) -> list[dict]:
         gain = medians.get(pick, float("nan")) / medians["w0"]
         rows.append({"state": s["state"], "pick": pick, "pick_share_of_best": round(medians.get(pick, 0) / medians[best], 3),
                      "plain_best": best, "plain_gain": round(gain, 2), "scan_gain": s["speedup"],
-                     "scan_gain_interval": [s["speedup_low"], s["speedup_high"]], "widest_pm": s["widest_pm"], "wall_s": s["wall_s"]})
+                     "scan_gain_interval": [s["speedup_low"], s["speedup_high"]], "widest_pm": s["widest_pm"], "wall_s": s["wall_s"],
+                     "bound": (s.get("bound") or {}).get("rate"), "bound_stage": (s.get("bound") or {}).get("stage"),
+                     "plain_best_of_bound": round(medians[best] / s["bound"]["rate"], 3) if s.get("bound") else None})
     return rows
 
 
