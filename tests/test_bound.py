@@ -11,7 +11,7 @@ import pytest
 
 from loadtune.engine import machine
 from loadtune.analysis.bound import (COLLATION, COPY, DATASET_CPU, HANDOFF, IO_WAIT, MAIN, STEP, STORAGE, STORAGE_BANDWIDTH,
-                                     BatchCosts, compute_bound, pick_fraction)
+                                     BatchCosts, Fetched, compute_bound, pick_fraction)
 from loadtune.model.config import TrialConfig
 from loadtune.analysis.recommend import recommend
 from loadtune.model.results import ScanResult, SpecInfo
@@ -106,11 +106,12 @@ def stage(values_ms: list[float], units: int = 1) -> StageCost:
 def test_storage_bandwidth_caps_both_modes_however_many_workers():
     # 7 MiB fetched a sample (readahead through a mapping) from storage that serves 1,000 MB/s: about 136
     # samples/s, below the workers' 8 x 10 / 21 ms = 3,810 and num_workers=0's 10 / 21 ms = 476
-    c = costs(fetch_cpu=1 * MS, fetch_wall=20 * MS, handoff=1 * MS, storage=10 * 7 * 2**20 / 1e9, storage_bytes=7 * 2**20)
+    c = costs(fetch_cpu=1 * MS, fetch_wall=20 * MS, handoff=1 * MS, storage=10 * 7 * 2**20 / 1e9,
+              storage_fetched=Fetched(7 * 2**20, "the profile's cold fetch"))
     bound = compute_bound(c, usable_cores=2, max_workers=8)
     assert bound.ceiling.name == STORAGE and bound.stage == STORAGE_BANDWIDTH
     assert bound.rate == pytest.approx(1e9 / (7 * 2**20))
-    assert "1,000 MB/s read cold / 7 MiB fetched a sample" in bound.ceiling.detail
+    assert "1,000 MB/s read cold / 7 MiB fetched a sample (the profile's cold fetch)" in bound.ceiling.detail
     assert compute_bound(replace(c, storage=None), usable_cores=2, max_workers=8).stage == IO_WAIT  # warm: no such cap
     fast = compute_bound(replace(c, storage=c.storage / 100), usable_cores=2, max_workers=8)  # 100x the bandwidth
     assert fast.ceiling.name == "workers" and fast.workers_needed is not None
@@ -129,6 +130,25 @@ def test_the_storage_cap_counts_only_in_a_cold_scan_and_spans_the_bandwidths_int
     assert bound.stage == STORAGE_BANDWIDTH
     assert bound.low == pytest.approx(80e6 / 2**20) and bound.high == pytest.approx(125e6 / 2**20)
     assert StageCosts.from_dict(json.loads(json.dumps(stages.to_dict()))) == stages
+
+
+def test_a_cold_scans_storage_cap_reads_the_fewest_bytes_any_configs_runs_fetched():
+    """Readahead serves each loader differently: the profile's short cold fetch read 2 MiB a sample, the
+    configs' timed runs 1.5 and 1 MiB; the most any config could reach is the bandwidth over 1 MiB."""
+    from loadtune.model.storage import COLD, WARM, StorageState
+
+    stages = StageCosts(batch_size=10, device="cpu", fetch_cpu=stage([0.1, 0.1, 0.1], 10),
+                        fetch_wall=stage([0.1, 0.1, 0.1], 10), collate=stage([0.1, 0.1, 0.1]), max_workers=2,
+                        storage_bytes=2 * 2**20, storage_mb_s=Estimate(100.0, 90.0, 110.0, 95.0, 105.0, 10))
+    result = result_with_stages(stages)
+    for trial, mib in zip(result.trials, (1.5, 1.0)):
+        trial.blocks = [replace(b, storage_bytes=int(mib * 2**20 * b.samples)) for b in trial.blocks]
+    result.storage = StorageState("cold", COLD, "as asked")
+    bound = scan_bound(result)
+    assert bound.stage == STORAGE_BANDWIDTH and bound.rate == pytest.approx(100e6 / 2**20)
+    assert "1 MiB fetched a sample (the fewest of any config: w2" in bound.ceiling.detail
+    result.storage = StorageState("warm", WARM, "as asked")
+    assert all(c.name != STORAGE for c in scan_bound(result).ceilings)
 
 
 def test_stage_cost_mean_is_total_over_units_and_carries_its_noise():

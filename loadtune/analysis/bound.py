@@ -12,8 +12,8 @@ lowest cap is the bound. With workers, the caps are
 - the main thread: it receives every batch and (without an accelerator) runs the step, one at a time;
 - with CUDA: the pin thread, the copy engine, and the step on the device;
 - in a cold scan, storage: its bandwidth (the profile's cold reads of the dataset's files, many in
-  flight) over the bytes a sample made it fetch (readahead included). It caps both modes alike: no
-  number of workers reads faster than the storage serves.
+  flight) over the bytes a sample made it fetch (readahead included; the fewest any config's timed
+  runs fetched). It caps both modes alike: no number of workers reads faster than the storage serves.
 
 Without workers (``num_workers=0``) everything runs in turn in the main process. The bound is the
 better of the two modes; the stage named is the largest share of the cap that sets it.
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from loadtune.model.results import ScanResult
     from loadtune.model.stages import StageCosts
 
+from loadtune.analysis.state import read_figures
 from loadtune.model.storage import COLD
 
 DATASET_CPU = "dataset CPU work"
@@ -130,6 +131,14 @@ class Bound:
 
 
 @dataclass(frozen=True)
+class Fetched:
+    """Bytes a sample made storage fetch (readahead included), and whose reading that is."""
+
+    per_sample: float
+    by: str
+
+
+@dataclass(frozen=True)
 class BatchCosts:
     """Stage costs in seconds per batch, the inputs of the bound arithmetic."""
 
@@ -147,13 +156,15 @@ class BatchCosts:
     step: float | None = None
     cuda: bool = False
     storage: float | None = None  # seconds a batch costs the storage at its bandwidth (cold scans only)
-    storage_bytes: float | None = None  # bytes a sample made it fetch
+    storage_fetched: Fetched | None = None  # the bytes a sample made it fetch
 
     @classmethod
-    def of(cls, stages: "StageCosts", side: int = 0, cold: bool = False) -> "BatchCosts":
+    def of(cls, stages: "StageCosts", side: int = 0, cold: bool = False, fetched: Fetched | None = None) -> "BatchCosts":
         """The mean costs; with ``side`` -1 or +1, every cost at the low or high end of its mean's
-        interval. ``cold``: the scan reads from storage, whose bandwidth then costs each batch too."""
+        interval. ``cold``: the scan reads from storage, whose bandwidth then costs each batch too, for
+        the bytes a sample ``fetched`` (the profile's own reading where not given)."""
         b = stages.batch_size
+        fetched = fetched or (Fetched(stages.storage_bytes, "the profile's cold fetch") if stages.storage_bytes else None)
 
         def mean(cost):
             return max(0.0, cost.mean + side * cost.halfwidth) if cost is not None else None
@@ -177,19 +188,33 @@ class BatchCosts:
             copy=mean(stages.copy),
             step=mean(stages.step),
             cuda=stages.device.startswith("cuda"),
-            storage=storage_cost(stages, side) if cold else None,
-            storage_bytes=stages.storage_bytes,
+            storage=storage_cost(stages, fetched.per_sample, side) if cold and fetched else None,
+            storage_fetched=fetched if cold else None,
         )
 
 
-def storage_cost(stages: "StageCosts", side: int = 0) -> float | None:
-    """Seconds the storage takes to fetch a batch's bytes at its measured bandwidth (``side`` -1: at
-    the high end of the bandwidth's interval, the cost's low end); None where either was not measured."""
-    bandwidth, fetched = stages.storage_mb_s, stages.storage_bytes
+def storage_cost(stages: "StageCosts", fetched: float, side: int = 0) -> float | None:
+    """Seconds the storage takes to fetch a batch's ``fetched`` bytes a sample at its measured
+    bandwidth (``side`` -1: at the high end of the bandwidth's interval, the cost's low end); None
+    where the bandwidth was not measured."""
+    bandwidth = stages.storage_mb_s
     if bandwidth is None or not fetched:
         return None
     mb_s = {0: bandwidth.median, -1: bandwidth.high, 1: bandwidth.low}[side]
     return stages.batch_size * fetched / (mb_s * 1e6) if mb_s > 0 else None
+
+
+def fewest_fetched(result: "ScanResult") -> Fetched | None:
+    """The fewest bytes a sample any config made storage fetch while timed (all its runs pooled): the
+    bound is the most any config could reach, and readahead serves a loader more or less of what it
+    fetched, by config (5 to 7 MiB a sample on a memory-mapped array: more from a short run right after
+    a drop, as the profile's is). None where no run counted them."""
+    readings = [(figures.storage, c) for c in result.configs if c.ok
+                and (figures := read_figures(c.trials)) is not None and figures.storage > 0]
+    if not readings:
+        return None
+    least, config = min(readings, key=lambda r: r[0])
+    return Fetched(least, f"the fewest of any config: {result.label(config.config)}")
 
 
 def dataset_stage(cpu: float, wall: float) -> str:
@@ -267,13 +292,13 @@ def in_process_ceiling(c: BatchCosts) -> Ceiling:
 
 def storage_ceiling(c: BatchCosts) -> Ceiling | None:
     """The storage's bandwidth over the bytes a batch makes it fetch; None where not measured."""
-    if not c.storage or not c.storage_bytes:
+    if not c.storage or c.storage_fetched is None:
         return None
-    per_sample = c.storage_bytes
+    per_sample = c.storage_fetched.per_sample
     mb_s = c.batch_size * per_sample / c.storage / 1e6
     shown = f"{per_sample / 2**20:.3g} MiB" if per_sample >= 2**20 else f"{per_sample / 1024:.3g} KiB"
     return Ceiling(STORAGE, rate_of(c.batch_size, c.storage), STORAGE_BANDWIDTH,
-                   f"{mb_s:,.0f} MB/s read cold / {shown} fetched a sample")
+                   f"{mb_s:,.0f} MB/s read cold / {shown} fetched a sample ({c.storage_fetched.by})")
 
 
 def ceilings_of(costs: BatchCosts, usable_cores: int, max_workers: int, measured: MeasuredCPU | None = None) -> list[Ceiling]:
@@ -333,8 +358,9 @@ def scan_bound(result: "ScanResult") -> Bound | None:
     if max_workers is None:  # a profile without the scan's range: the most workers measured
         max_workers = max((c.config.num_workers for c in result.configs), default=0)
     cold = result.storage is not None and result.storage.state == COLD
-    spread = (BatchCosts.of(stages, -1, cold), BatchCosts.of(stages, +1, cold))
-    return compute_bound(BatchCosts.of(stages, cold=cold), result.machine.usable_cores, max_workers, spread,
+    fetched = fewest_fetched(result) if cold else None
+    spread = (BatchCosts.of(stages, -1, cold, fetched), BatchCosts.of(stages, +1, cold, fetched))
+    return compute_bound(BatchCosts.of(stages, cold=cold, fetched=fetched), result.machine.usable_cores, max_workers, spread,
                          measured_cpu(result, stages.batch_size))
 
 

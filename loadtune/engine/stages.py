@@ -37,12 +37,13 @@ from loadtune.engine.spec import LoadedSpec, SpecRef
 from loadtune.engine.trial.cpu import process_cpu_s, runqueue_s, worker_pids
 from loadtune.engine.trial.harness import run_trial
 from loadtune.engine.diskread import BANDWIDTH_LEVELS, BANDWIDTH_SECONDS, read_bandwidth
-from loadtune.model.storage_read import ReadLevel
 from loadtune.engine.trial.pagecache import CacheSetting, drop_read, io_of
 from loadtune.engine.trial.setup import LoaderOptions, Timing, TrialFailure, device_sync, make_consumer, make_loader, open_device
 from loadtune.engine.trial.protocol import Kind, TrialRequest, TrialRun
 from loadtune.engine.trial.transfer import move_to, nbytes_of
 from loadtune.model.config import TrialConfig, transfer_for
+from loadtune.model.storage import COLD
+from loadtune.model.storage_read import ReadLevel
 from loadtune.model.stages import StageCost, StageCosts
 
 MIN_UNITS = 5  # per phase, at least (a noise estimate needs a few)
@@ -306,7 +307,7 @@ class Profiler:
         """The fetch again, one thread, with the dataset's files dropped from the page cache first: its
         wall time per sample is what a sample costs from storage (the next samples of the sampler's
         order, dropped again where it comes round: an epoch reads no sample twice), and the bytes a
-        sample made storage fetch (``/proc/self/io``). Then the storage's bandwidth on the same files.
+        sample made storage fetch (``/proc/self/io``). Then, cold, the storage's bandwidth on the same files.
         The scan sets its own state again afterwards."""
         fetch, recorder = self.fetcher.batch, self.rec.storage_read
         length = self.fetcher.length
@@ -337,8 +338,8 @@ class Profiler:
         """The storage's bandwidth on the dataset's own files (``engine.diskread.read_bandwidth``), where
         the fetch made it read: with the bytes a sample fetched, the bound's cap for storage."""
         seconds = BANDWIDTH_SECONDS * len(BANDWIDTH_LEVELS)
-        if not self.storage_bytes or time.perf_counter() + 2 * seconds > self.deadline:
-            return
+        if cache.state != COLD or not self.storage_bytes or time.perf_counter() + 2 * seconds > self.deadline:
+            return  # (only a cold scan's bound has a cap for storage)
         try:
             self.bandwidth = read_bandwidth(cache.files)
         except OSError as exc:  # the figure is missing; the rest of the profile stands
