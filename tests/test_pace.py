@@ -87,3 +87,35 @@ def test_a_scan_whose_gain_stayed_wide_measures_the_pace_and_the_report_says_it_
     assert "over 9 turn pairs; ±22%: the CPU's pace wandered ±6.8% (steady: ±3%)" in " ".join(text.split()), text
     assert len(text.splitlines()) == len(render(lambda console: print_report(console, narrow), 80).splitlines())
     assert ScanResult.from_dict(result.to_dict()).machine.pace_spread == 0.068
+
+
+def test_where_storage_bounds_the_loaders_the_wide_gain_is_set_beside_their_reads_not_the_cpus_pace():
+    """The README example's saved scan made storage-bound (read cold, 1 MiB a sample from storage that
+    serves 300 MB/s: 286 samples/s, under the CPU's 368): the scan measures no pace, and the gain's line names storage's
+    reads instead."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from conftest import FIXTURES
+    from test_view import render
+
+    from loadtune.analysis.bound import bound_by_storage
+    from loadtune.engine.scan import pace_beside_gain
+    from loadtune.model.estimate import Estimate
+    from loadtune.model.results import ScanResult
+    from loadtune.model.storage import COLD, DatasetFiles, StorageState
+    from loadtune.report.scan import print_report
+
+    result = ScanResult.load(FIXTURES / "readme_scan.json")
+    assert result.stages is not None and not bound_by_storage(result)
+    result.storage = StorageState("cold", COLD, "as asked (--storage cold)", DatasetFiles(["/data"], 100, 2**30, "data"))
+    result.stages = dataclasses.replace(result.stages, storage_bytes=2**20,
+                                        storage_mb_s=Estimate(300.0, 280.0, 320.0, 290.0, 310.0, 10), storage_in_flight=64)
+    assert bound_by_storage(result)
+    result.machine.pace_spread = None
+    pace_beside_gain(SimpleNamespace(plan=SimpleNamespace(result=result), fits=lambda *a, **k: True, save=lambda: None))
+    assert result.machine.pace_spread is None
+    text = " ".join(render(lambda console: print_report(console, result), 80).replace("│", " ").split())
+    assert "Bound: 286 samples/s, set by storage bandwidth" in text
+    assert "±22%: storage's bandwidth bounds these loaders, and their turns' reads spread" in text, text
+    assert "CPU's pace" not in text

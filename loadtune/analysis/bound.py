@@ -364,6 +364,12 @@ def scan_bound(result: "ScanResult") -> Bound | None:
                          measured_cpu(result, stages.batch_size))
 
 
+def bound_by_storage(result: "ScanResult") -> bool:
+    """Whether storage's bandwidth is the scan's bound (a cold scan whose profile measured it)."""
+    bound = scan_bound(result)
+    return bound is not None and bound.stage == STORAGE_BANDWIDTH
+
+
 def measured_cpu(result: "ScanResult", batch_size: int) -> MeasuredCPU | None:
     """The CPU per batch of the fastest config with workers at the profile's batch size, as its trials
     measured it. The profile times each stage alone, on idle cores, where a dataset that waits pays for

@@ -81,6 +81,12 @@ def pace_wanted(rec: Recommendation | None, wide: float) -> bool:
     return width is not None and width > wide
 
 
+def gain_storage_text(halfwidth: float) -> str:
+    """Beside a wide gain whose loaders storage's bandwidth bounds: the CPU's pace is not the cause
+    there, the reads are (each turn's share of the readahead that neighbours left cached varies)."""
+    return f"±{halfwidth:.0%}: storage's bandwidth bounds these loaders, and their turns' reads spread"
+
+
 def gain_pace_text(spread: float, halfwidth: float) -> str:
     """Beside a wide gain, short enough to keep the gain's line at two lines of a screen: how steady the
     CPU's pace was (adjacent tenths of a second, as doctor reads it) and so what kept the gain wide."""

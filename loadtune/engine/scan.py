@@ -23,6 +23,7 @@ from loadtune.engine import storage as storage_mod
 from loadtune.engine.distributed import layout as distributed
 from loadtune.engine.distributed.agent import with_ranks
 from loadtune.analysis.budget import STARTUP_S, WARMUP_SHARE, RaceClock, mean_leg_s, measured_leg_s, screening_blocks
+from loadtune.analysis.bound import bound_by_storage
 from loadtune.analysis.pace import pace_wanted
 from loadtune.analysis.race import GAIN_WIDE, joined_note, precision_note, referee_note, unsettled_configs, unsettled_note
 from loadtune.analysis.race import verdict as race_verdict
@@ -405,7 +406,8 @@ def pace_beside_gain(run: Run) -> None:
     to say beside the gain whether the machine or the dataset kept it wide. About six seconds, only then
     and only within the budget; never where a resumed scan measured it already."""
     result = run.plan.result
-    if result.machine.pace_spread is not None or not pace_wanted(result.recommendation, GAIN_WIDE):
+    if (result.machine.pace_spread is not None or not pace_wanted(result.recommendation, GAIN_WIDE)
+            or bound_by_storage(result)):  # (the reads, not the CPU, spread a storage-bound loader's turns)
         return
     if not run.fits(1, keep_s=PACE_S + STARTUP_S):  # and the closing calibration after it
         return

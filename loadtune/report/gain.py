@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from loadtune.analysis.noise import RunNoise, alone, speeds_apart
-from loadtune.analysis.pace import gain_halfwidth, gain_pace_text, pace_wanted
+from loadtune.analysis.bound import bound_by_storage
+from loadtune.analysis.pace import gain_halfwidth, gain_pace_text, gain_storage_text, pace_wanted
 from loadtune.analysis.race import GAIN_WIDE
 from loadtune.analysis.view import too_wide
 from loadtune.analysis.recommend import defaults_versus
@@ -69,11 +70,14 @@ def short_gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
 
 def pace_beside(result: ScanResult, rec) -> str:
     """After a gain raced side by side that stayed wider than ``GAIN_WIDE``: the CPU pace the scan
-    measured then (``engine.scan.pace_beside_gain``), which says whether the machine kept it wide."""
+    measured then (``engine.scan.pace_beside_gain``), which says whether the machine kept it wide; or,
+    where storage's bandwidth is the bound, that the reads did."""
     spread = result.machine.pace_spread
-    if spread is None or not pace_wanted(rec, GAIN_WIDE):
+    if not pace_wanted(rec, GAIN_WIDE):
         return ""
-    return "; " + gain_pace_text(spread, gain_halfwidth(rec))
+    if bound_by_storage(result):
+        return "; " + gain_storage_text(gain_halfwidth(rec))
+    return "; " + gain_pace_text(spread, gain_halfwidth(rec)) if spread is not None else ""
 
 
 def unsettled_text(rec, who: str) -> str:
