@@ -94,6 +94,25 @@ def test_a_large_file_is_read_in_distinct_pieces_and_small_ones_whole(tmp_path):
     assert len(diskread.pieces([str(big)], random.Random(0), most=2)) == 2
 
 
+def test_doctor_reads_one_large_file_in_many_pieces_and_says_so(tmp_path):
+    """A single multi-MiB file (an array a dataset maps) gives many reads a level, each cold, and the
+    table counts reads, not files."""
+    from rich.console import Console
+
+    from loadtune.report.doctor import print_reads
+
+    (tmp_path / "array.u8").write_bytes(os.urandom(4 * diskread.PIECE))
+    os.sync()
+    report = QUICK(str(tmp_path))
+    assert report.piece_bytes == diskread.PIECE and report.files_found == 1
+    assert all(level.files >= 1 and level.bytes == level.files * diskread.PIECE for level in report.levels)
+    assert StorageReadReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
+    console = Console(record=True, width=120)
+    print_reads(console, report)
+    text = console.export_text()
+    assert "those over 1 MiB in pieces of it at random offsets" in " ".join(text.split()) and "reads/s" in text
+
+
 def test_the_bandwidth_reads_the_dataset_cold_at_the_best_depth(dataset, tmp_path):
     big = tmp_path / "big.u8"
     big.write_bytes(os.urandom(3 * diskread.PIECE))

@@ -213,6 +213,7 @@ def measure(path: str, levels: tuple[int, ...] = LEVELS, seconds: float = SECOND
         resident_after_read=after_read, resident_after_drop=after_drop, droppable=drops,
         levels=[read_level(files, n, seconds, rng) for n in levels],
         note=storage_note(drops, after_read, after_drop, fstype),
+        piece_bytes=PIECE if any(os.stat(f).st_size > PIECE for f in files) else None,
     )
 
 

@@ -48,9 +48,11 @@ def storage_lines(storage: Any) -> list[tuple[str, str]]:
 def print_reads(console: Console, storage: Any) -> None:
     """``--storage``'s reads per level: files/s and MB/s, the median of a level's windows with its interval."""
     state = "cold" if storage.cold else "warm" if storage.droppable is False else "cold or warm: not known"
-    reads = Table(title=f"  random reads of whole files, {state} (median ± its interval)", title_justify="left",
+    piece = storage.piece_bytes
+    what = f"whole files, those over {size_text(piece)} in pieces of it at random offsets" if piece else "whole files"
+    reads = Table(title=f"  random reads of {what}, {state} (median ± its interval)", title_justify="left",
                   header_style="bold", pad_edge=False)
-    for col in ("reads in flight", "files/s", "MB/s", "files read", "seconds"):
+    for col in ("reads in flight", "reads/s" if piece else "files/s", "MB/s", "reads" if piece else "files read", "seconds"):
         reads.add_column(col, justify="right")
     for level in storage.levels:
         reads.add_row(str(level.in_flight), spread_text(level.files_per_s) if level.files else "-",
