@@ -46,8 +46,8 @@ class StorageReadReport:
     resident_after_drop: float | None
     droppable: bool | None  # None: could not be told
     levels: list[ReadLevel] = field(default_factory=list)
-    note: str | None = None
-    piece_bytes: int | None = None  # files larger than this were read in pieces of it (a level's "files" count reads)  # what the cache's behaviour there means for the figures and for a scan
+    note: str | None = None  # what the cache's behaviour there means for the figures and for a scan
+    piece_bytes: int | None = None  # files larger than this were read in pieces of it (a level's "files" count reads)
 
     @property
     def cold(self) -> bool:
