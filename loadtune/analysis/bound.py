@@ -206,9 +206,10 @@ def storage_cost(stages: "StageCosts", fetched: float, side: int = 0) -> float |
 
 def fewest_fetched(result: "ScanResult") -> Fetched | None:
     """The fewest bytes a sample any config made storage fetch while timed (all its runs pooled): the
-    bound is the most any config could reach, and readahead serves a loader more or less of what it
-    fetched, by config (5 to 7 MiB a sample on a memory-mapped array: more from a short run right after
-    a drop, as the profile's is). None where no run counted them."""
+    bound is the most any config could reach, and how much of the kernel's readahead a later sample
+    finds cached differs by config and by how long the run has gone since the drop (4.9 to 5.7 MiB a
+    sample by config on a memory-mapped array, 7.4 in the profile's short fetch right after one). None
+    where no run counted them."""
     readings = [(figures.storage, c) for c in result.configs if c.ok
                 and (figures := read_figures(c.trials)) is not None and figures.storage > 0]
     if not readings:
