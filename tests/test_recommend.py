@@ -325,7 +325,8 @@ def test_persistent_saving_inside_the_noise_is_none_of_it():
     (1.05, 1.30, True, False, "win: 1.20×"),
     (0.82, 1.60, True, False, "are undecided against 1.20×"),  # the race's leader, no tie: not "the cheapest"
     (0.82, 1.60, True, True, "cannot be told apart from 1.20×"),
-    (0.82, 1.60, False, False, "cannot be told apart from 1.20×"),  # closing rounds: nothing beats them clearly
+    (0.82, 1.60, False, False, "are undecided against 1.20×"),  # rounds, no tie: not "the cheapest" either
+    (0.82, 1.60, False, True, "cannot be told apart from 1.20×"),  # rounds, and the pick's rule tied them
     (0.82, 2.42, True, False, "are undecided against the best config"),  # over 2x wide: no figure, and so no interval
     (1.30, 3.10, True, False, "win: at least 1.30× the best config"),  # its lower end is the claim that holds
 ])
@@ -347,7 +348,8 @@ def test_defaults_that_are_the_pick_win_only_where_the_interval_clears_a_tie(low
     text = gain_text(result, rec, run_noise(result.configs))
     assert said in text and (f"95% interval {low:.2f}×–{high:.2f}×" in text) == (high <= 2 * low)
     assert ("win" in text) == (low > 1)  # a tie is never called a win
-    assert ("cheapest" in text) == (low <= 1 and (tied or not raced))  # nor an undecided race the cheapest's
+    assert ("cheapest" in text) == (low <= 1 and tied)  # nor an undecided pair the cheapest's
+    assert "rounds' evidence" in text if low <= 1 and not tied and not raced else True
 
 
 def test_the_reason_gives_a_ratio_known_no_better_than_twofold_by_the_bound_that_holds():

@@ -44,10 +44,11 @@ def gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
         figures = ((f"at least {versus.low:.2f}× " if versus.low > 1 else "")
                    + f"the best config with workers ({result.label(versus.config)}{side}; the ratio's 95% interval "
                    "spans more than 2×)")
-    if versus.low <= 1.0 and versus.pairs and versus.config not in rec.tied:  # raced, undecided: no tie, no cheapest rule
+    if versus.low <= 1.0 and versus.config not in rec.tied:  # undecided, not tied: no cheapest rule
+        by = "the race's evidence" if versus.pairs else "the rounds' evidence" if versus.rounds else "the evidence"
         return (f"PyTorch's defaults (num_workers=0) are undecided against {figures}: the interval reaches past the "
-                "noise floor, so no tie; the race's evidence picks them.\n")
-    if versus.low <= 1.0:  # the interval holds a tie: the defaults are the pick as the cheapest, not as the winner
+                f"noise floor, so no tie; {by} picks them.\n")
+    if versus.low <= 1.0:  # tied with it: the defaults are the pick as the cheapest, not as the winner
         return (f"PyTorch's defaults (num_workers=0) cannot be told apart from {figures}, and need no workers: "
                 "the cheapest of the fastest.\n")
     return (f"PyTorch's defaults (num_workers=0) win: {figures}; handing samples between processes costs more "
