@@ -117,6 +117,11 @@ class Bound:
         return out
 
     @property
+    def counts_storage(self) -> bool:
+        """Whether a cap for storage's bandwidth is among the caps (a cold scan that measured it)."""
+        return any(c.name == STORAGE for c in self.ceilings)
+
+    @property
     def advice(self) -> str:
         return ADVICE.get(self.stage, "")
 

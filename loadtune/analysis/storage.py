@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from loadtune.analysis.bound import STORAGE, scan_bound
+from loadtune.analysis.bound import scan_bound
 from loadtune.analysis.race import race_ratio, raced_configs
 from loadtune.analysis.state import COLD_SHARE, MIXED, ReadFigures, cache_state, off_state, read_figures
 from loadtune.model.batch import BatchInfo
@@ -231,7 +231,7 @@ def bound_caveat(result: ScanResult) -> str | None:
     how much."""
     reads = cold_pick_reads(result)
     bound = scan_bound(result)
-    if reads is None or (bound is not None and any(c.name == STORAGE for c in bound.ceilings)):
+    if reads is None or (bound is not None and bound.counts_storage):
         return None
     pick, figures = reads
     if readahead_note(figures, pick.batch, pick.config.batch_size) is None:

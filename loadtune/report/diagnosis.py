@@ -37,7 +37,7 @@ def diagnosis_table(result: ScanResult) -> Table | None:
             table.add_row(*row)
     table.add_section()
     add_ceilings(table, bound)
-    storage = " unless storage's cap, which binds both, is lower" if any(c.name == bound_mod.STORAGE for c in bound.ceilings) else ""
+    storage = " unless storage's cap, which binds both, is lower" if bound.counts_storage else ""
     table.caption = ("cap: samples/s that stage allows, ± from the costs' spread; ◀ the bound (the better of num_workers=0 "
                      f"and the lowest cap with up to {bound.max_workers} workers{storage})"
                      + ("; = ties with it within the spread" if bound.ties else ""))
