@@ -353,8 +353,10 @@ def allocator_regimes(trials: list[Trial], by: dict[TrialConfig, ConfigResult], 
 def allocator_moves(trials: list[Trial], by: dict[TrialConfig, ConfigResult], config: ConfigResult) -> bool:
     """Whether the allocator's state moves ``config``'s speed by ``REGIME_GAP`` or more, as far as the scan
     measured it: the same loader with the heap kept (``TrialConfig.heap``) ran that much faster, side by
-    side where both raced, else over all their runs (on a wandering machine their runs alone, minutes
-    apart, read the README's images 1.38x apart where their legs put the heap at 0.8x). Without that
+    side where both raced, else over their runs alone (``noise.alone``: a leg reads a config's level low
+    while the others take their turns, so the kept heap's screening run against the plain loader's legs
+    read the README's images 1.18x apart where their runs alone put the heap at 0.93x; on a wandering
+    machine runs alone, minutes apart, read them 1.38x apart where their legs put the heap at 0.8x). Without that
     measurement (not glibc), it is taken to. A loader that computes much per byte (the README's images:
     up to 6 MiB of 18 MiB batches fresh) loses little to its faults: the states its allocator ran in
     are no regimes of its speed, and its verdicts and the gain over it keep their intervals."""
@@ -364,7 +366,7 @@ def allocator_moves(trials: list[Trial], by: dict[TrialConfig, ConfigResult], co
     raced = race_ratio(trials, kept.config, config.config)
     if raced is not None:
         return raced.value >= 1 + REGIME_GAP
-    mine, theirs = kept.estimate, config.estimate
+    mine, theirs = alone(kept).estimate, alone(config).estimate
     return mine is None or theirs is None or mine.median >= (1 + REGIME_GAP) * theirs.median
 
 
