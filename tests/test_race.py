@@ -543,6 +543,25 @@ def test_a_real_race_tells_two_workers_from_one_on_a_waiting_dataset():
     assert 0.3 < r.value < 0.7 and r.low <= r.value <= r.high
 
 
+def test_a_leg_that_outlasts_its_sides_time_ends_with_whole_blocks():
+    """A leg of more turns than a side's time allows (a slow loader's turns are long: on a disk-bound
+    array, eight workers' bursts took 10 s a turn) ends where the time does. No block is timed after
+    it: before, every turn after the deadline returned one batch already made, in milliseconds, and
+    a leg read 10,000 samples/s beside its own 100."""
+    from loadtune.engine.race import run_leg
+    from loadtune.engine.spec import SpecRef
+    from loadtune.engine.trial.setup import Timing
+
+    one, two = replace(W1, batch_size=8), replace(W2, batch_size=8)
+    timing = Timing(warmup_s=0.1, block_s=0.2, blocks=3, max_s=2.5)  # 0.1 s turns: 40 pairs take 8 s
+    leg = run_leg(SpecRef(str(SPECS / "sleep_dial.py")), quick_request(one, timing), [one, two], 1, seed=1, pairs=40)
+    assert all(t.ok for t in leg), [t.error for t in leg]
+    for t in leg:
+        assert 2 <= len(t.blocks) < 80
+        assert all(b.seconds >= 0.09 for b in t.blocks), [round(b.seconds, 3) for b in t.blocks]
+    assert race_ratio(leg, one, two) is not None
+
+
 @pytest.mark.slow
 def test_a_race_reads_its_loaders_memory_between_blocks_never_during_one(monkeypatch):
     """Reading a tree's PSS takes tens of ms of CPU: taken inside a short block, it came out of that

@@ -114,10 +114,11 @@ class SideEntry:
         if meter.count.sizes is not None:
             meter.count.sizes = SizeTally()  # the turns' batches, not the warm-up's
         frozen = self.frozen and freezable(meter, config)
+        if not frozen:
+            settle_workers(meter, min(deadline, time.perf_counter() + timing.block_s))  # then: ready for turns
+        meter.release()  # a cold state: the warm-up's pages, which every side read alike, must go with the first drop
         if frozen:
             freeze(meter)
-        else:
-            settle_workers(meter, min(deadline, time.perf_counter() + timing.block_s))  # then: ready for turns
 
         def turn(block_s: float) -> Block:
             if frozen:
@@ -131,8 +132,11 @@ class SideEntry:
         def turns() -> None:
             run.emit(Kind.READY)
             try:
-                while (block_s := run.conn.recv().payload) is not None:
-                    run.emit(Kind.BLOCK, turn(block_s))
+                while (block_s := run.conn.recv().payload) is not None and time.perf_counter() < deadline:
+                    block = turn(block_s)
+                    if time.perf_counter() >= deadline:
+                        break  # cut by the deadline: no block, and the side ends, which ends the turns
+                    run.emit(Kind.BLOCK, block)
                 # how its batches vary, as a trial alone records it; its screening trial already warned
                 batch_sizes(meter.count, config.batch_size, run.emit, warn=False)
             finally:
