@@ -553,7 +553,7 @@ def test_a_leg_that_outlasts_its_sides_time_ends_with_whole_blocks():
     from loadtune.engine.trial.setup import Timing
 
     one, two = replace(W1, batch_size=8), replace(W2, batch_size=8)
-    timing = Timing(warmup_s=0.1, block_s=0.2, blocks=3, max_s=2.5)  # 0.1 s turns: 40 pairs take 8 s
+    timing = Timing(warmup_s=0.1, block_s=0.2, blocks=3, max_s=2.5)  # 0.1 s turns: 40 pairs of two sides take 16 s
     leg = run_leg(SpecRef(str(SPECS / "sleep_dial.py")), quick_request(one, timing), [one, two], 1, seed=1, pairs=40)
     assert all(t.ok for t in leg), [t.error for t in leg]
     for t in leg:

@@ -42,7 +42,7 @@ def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[T
             seed: int, on_event: Callable[[str, Any], None] | None = None, pairs: int = PAIRS_PER_LEG) -> list[Trial]:
     """One leg: ``configs`` raced, a live process each, ``pairs`` turn pairs. Returns each config's trial
     of the leg (failed, with its own error or the leg's, where the leg failed or the config timed no block)."""
-    raced = leg_request(request)
+    raced = leg_request(request, len(configs))
     sides = {i: (source, replace(raced, config=c)) for i, c in enumerate(configs)}
     got = run_in_turns(sides, race_orders(len(configs), pairs, seed), request.timing.block_s * TURN_SHARE,
                        on_event=on_event)
@@ -57,11 +57,14 @@ def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[T
     return trials
 
 
-def leg_request(request: TrialRequest) -> TrialRequest:
+def leg_request(request: TrialRequest, sides: int = 1) -> TrialRequest:
     """How a raced loader is asked for: its share of the warm-up, blocks cut by time (turns must stay
-    short and alike), frozen between its turns."""
-    timing = replace(request.timing, warmup_s=request.timing.warmup_s * WARMUP_SHARE)
-    return replace(request, timing=timing, entry=SideEntry(whole_epochs=False, frozen=True))
+    short and alike), frozen between its turns; and a trial's time for each of the leg's ``sides``, since
+    a side rests while the others take their turns (a disk-bound loader's turns took 10 s each, and a
+    leg of three such sides outlasted one trial's time by its third turn pair)."""
+    timing = replace(request.timing, warmup_s=request.timing.warmup_s * WARMUP_SHARE, max_s=request.timing.max_s * sides)
+    return replace(request, timing=timing, timeout_s=request.timeout_s * sides,
+                   entry=SideEntry(whole_epochs=False, frozen=True))
 
 
 @dataclass
