@@ -172,6 +172,15 @@ def test_speedup_interval_brackets_value():
     assert rec.speedup_low < 3.0 < rec.speedup_high
 
 
+def test_where_the_defaults_are_the_pick_their_gain_over_themselves_is_exactly_one():
+    """Runs that land far apart (a disk-bound loader's did, 2.6x) made the defaults' gain over themselves
+    an interval of that spread: 0.11-9.2x in the JSON of a scan that picked them."""
+    spread = [40, 160, 60, 150, 70]
+    rec = recommend([trial(cfg(0), spread), trial(cfg(0), scaled(spread, 0.5)), trial(cfg(2), scaled(spread, 0.6))])
+    assert rec.config == rec.baseline == cfg(0)
+    assert (rec.speedup, rec.speedup_low, rec.speedup_high) == (1.0, 1.0, 1.0)
+
+
 def test_no_speedup_when_default_not_measured_at_that_batch_size():
     trials = [trial(cfg(0, bs=32), [100] * 5), trial(cfg(2, bs=64), [500] * 5)]
     rec = recommend(trials)

@@ -152,19 +152,22 @@ def race_pick(trials: list[Trial], configs: list[ConfigResult], raced: RaceVerdi
 def gain_over(trials: list[Trial], configs: list[ConfigResult], pick: ConfigResult, base: ConfigResult | None) -> dict:
     """The recommendation's figures of the gain over ``base``: the range and its cause where the gain
     rests on a state the scan did not set (``unsettled_gain``), else the race's ratio side by side
-    where both raced, else the closing rounds' or the runs' (``noise.gain``)."""
+    where both raced, else the closing rounds' or the runs' (``noise.gain``). Over itself a config gains
+    exactly 1x: the ratio of its runs to themselves would be an interval of their spread (0.11-9.2x on a
+    disk-bound array whose runs landed 2.6x apart), a figure of nothing."""
     none = {"speedup": None, "speedup_low": None, "speedup_high": None}
     if base is None:
         return none
-    if base is not pick:
-        apart = unsettled_gain(trials, {c.config: c for c in configs}, pick, base)
-        if apart is not None:
-            return {**none, "speedup_low": apart[1], "speedup_high": apart[2], "gain_unsettled": apart[0]}
-        paired = race_ratio(trials, pick.config, base.config)
-        if paired is not None:
-            rounds = by_rounds(trials, pick.config, base.config)  # timed again alone, in rounds that rule it
-            return {"speedup": paired.value, "speedup_low": paired.low, "speedup_high": paired.high,
-                    "speedup_rounds" if rounds else "speedup_pairs": paired.pairs}
+    if base.config == pick.config:
+        return {"speedup": 1.0, "speedup_low": 1.0, "speedup_high": 1.0}
+    apart = unsettled_gain(trials, {c.config: c for c in configs}, pick, base)
+    if apart is not None:
+        return {**none, "speedup_low": apart[1], "speedup_high": apart[2], "gain_unsettled": apart[0]}
+    paired = race_ratio(trials, pick.config, base.config)
+    if paired is not None:
+        rounds = by_rounds(trials, pick.config, base.config)  # timed again alone, in rounds that rule it
+        return {"speedup": paired.value, "speedup_low": paired.low, "speedup_high": paired.high,
+                "speedup_rounds" if rounds else "speedup_pairs": paired.pairs}
     speed = gain(pick, base, run_noise(configs))
     if speed is None:
         return none
