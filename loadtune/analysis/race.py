@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from loadtune.analysis.budget import RaceClock, narrowing
 from loadtune.analysis.comparison import UNDECIDED, Comparison, after_more, compare, singly
 from loadtune.analysis.footprint import fault_regimes, fresh_text, takes_fresh_pages
-from loadtune.analysis.noise import NOTHING_LEARNED, Z975, RunNoise, alone, long_run, run_levels, run_noise
+from loadtune.analysis.noise import NOTHING_LEARNED, Z975, RunNoise, alone, long_run, run_levels, run_noise, tie_floor
 from loadtune.analysis.stats import Ratio, ratio
 from loadtune.model.config import TrialConfig
 from loadtune.model.estimate import t975
@@ -355,8 +355,9 @@ def allocator_moves(trials: list[Trial], by: dict[TrialConfig, ConfigResult], co
     measured it: the same loader with the heap kept (``TrialConfig.heap``) ran that much faster, side by
     side where both raced, else over their runs alone (``noise.alone``: a leg reads a config's level low
     while the others take their turns, so the kept heap's screening run against the plain loader's legs
-    read the README's images 1.18x apart where their runs alone put the heap at 0.93x; on a wandering
-    machine runs alone, minutes apart, read them 1.38x apart where their legs put the heap at 0.8x). Without that
+    read the README's images 1.18x apart where their runs alone put the heap at 0.93x), and then by more
+    than two runs of one config land apart (``noise.tie_floor``: on a wandering machine runs alone,
+    minutes apart, read the README's images 1.21x and 1.38x apart where their legs put the heap at 0.8x). Without that
     measurement (not glibc), it is taken to. A loader that computes much per byte (the README's images:
     up to 6 MiB of 18 MiB batches fresh) loses little to its faults: the states its allocator ran in
     are no regimes of its speed, and its verdicts and the gain over it keep their intervals."""
@@ -367,7 +368,8 @@ def allocator_moves(trials: list[Trial], by: dict[TrialConfig, ConfigResult], co
     if raced is not None:
         return raced.value >= 1 + REGIME_GAP
     mine, theirs = alone(kept).estimate, alone(config).estimate
-    return mine is None or theirs is None or mine.median >= (1 + REGIME_GAP) * theirs.median
+    floor = tie_floor(run_noise(list(by.values())), REGIME_GAP)
+    return mine is None or theirs is None or mine.median >= (1 + floor) * theirs.median
 
 
 def unsettled(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: TrialConfig, b: TrialConfig,
