@@ -164,7 +164,8 @@ def test_filters_from_command_line_text():
 
 # ---- one order, one figure a row; no figure wider than 2x; the answer in a screen ---------------------
 
-SAVED = ["race_scan.json", "tiny_scan.json", "slowable_before.json", "slowable_after.json", "readme_scan.json"]
+SAVED = ["race_scan.json", "tiny_scan.json", "slowable_before.json", "slowable_after.json", "readme_scan.json",
+         "disk_bound_scan.json"]
 
 
 @pytest.mark.parametrize("name", SAVED)
@@ -187,6 +188,22 @@ def test_a_raced_row_prints_the_picks_speed_times_its_ratio():
     assert raced and pick.speed.raced
     for row in raced:
         assert row.speed.median == pytest.approx(pick.speed.median * row.speed.ratio.value)
+
+
+def test_where_the_pick_prints_no_one_figure_neither_does_a_raced_row():
+    """A disk-bound scan's pick ran 62.9-165 samples/s from run to run, too wide for one figure; a row
+    raced beside it printed 59.3, the pick's median times its ratio, where its own runs read 106-141.
+    It prints its runs' range too, still ranked by the race."""
+    result = ScanResult.load(FIXTURES / "disk_bound_scan.json")
+    table = rows(result)
+    pick = next(r for r in table if r.config and r.config.config == result.recommendation.config)
+    raced = [r for r in table if r.speed is not None and r.speed.ratio is not None]
+    assert pick.speed.wide and raced
+    assert all(r.speed.wide and r.speed.runs is not None for r in raced)
+    text = render(lambda console: print_report(console, result), 120)
+    for r in raced:
+        line = next(line for line in text.splitlines() if r.config.config.label() in line and "×" in line)
+        assert " runs " in line, line
 
 
 def test_an_interval_past_two_fold_or_a_spread_past_half_is_too_wide():

@@ -58,7 +58,7 @@ def short_notes(result: ScanResult, rows: list[Row], width: int = 80) -> tuple[l
     out += [Text(f"• {ahead}.", style="yellow")] if (ahead := pick_readahead(result, short=True)) else []
     out += [Text(f"• {n}.", style="yellow") for n in (footprint.copy_on_write(configs, short=True),
                                                        *allocator_notes(result, short=True)) if n]
-    wide = [r for r in rows if r.speed is not None and r.speed.wide]
+    wide = [r for r in rows if r.speed is not None and r.speed.wide and r.speed.ratio is None]  # (a raced row's: the pick's)
     if wide:
         out.append(Text(f"• {', '.join(result.label(r.config.config) for r in wide)}: a long run's 95% interval spans over 2× "
                         "(runs land far apart here): a quieter machine or a longer scan (--budget) narrows it.", style="yellow"))
