@@ -356,8 +356,8 @@ def allocator_moves(trials: list[Trial], by: dict[TrialConfig, ConfigResult], co
     side where both raced, else over their runs alone (``noise.alone``: a leg reads a config's level low
     while the others take their turns, so the kept heap's screening run against the plain loader's legs
     read the README's images 1.18x apart where their runs alone put the heap at 0.93x), and then by more
-    than two runs of one config land apart (``noise.tie_floor``: on a wandering machine runs alone,
-    minutes apart, read the README's images 1.21x and 1.38x apart where their legs put the heap at 0.8x). Without that
+    than two single runs of one config land apart (``noise.tie_floor``: on a wandering machine runs
+    alone, minutes apart, read them 1.38x apart where their legs put the heap at 0.8x). Without that
     measurement (not glibc), it is taken to. A loader that computes much per byte (the README's images:
     up to 6 MiB of 18 MiB batches fresh) loses little to its faults: the states its allocator ran in
     are no regimes of its speed, and its verdicts and the gain over it keep their intervals."""
