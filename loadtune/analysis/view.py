@@ -38,8 +38,9 @@ class ViewError(ValueError):
 @dataclass(frozen=True)
 class Speed:
     """The figure a row prints: ``raced`` ones are the pick's speed times their ratio to it, side by
-    side (``ratio``: that ratio, with its interval; ``low``/``high``: the ratio's ends, or the pick's own
-    where those are too wide); the others their long runs' estimate. ``runs``:
+    side (``ratio``: that ratio, with its interval; ``low``/``high``: the pick's own interval times the
+    ratio, so a row raced beside a pick too wide for one figure is too wide too); the others their long
+    runs' estimate. ``runs``:
     the slowest and fastest of its runs, printed instead where the figure is ``wide``. ``apart``: a
     figure measured alone that tops a raced row ranked above it."""
 
@@ -121,9 +122,8 @@ def speeds(result: ScanResult) -> dict[TrialConfig, Speed]:
         out[rec.config] = Speed(pick.median, pick.low, pick.high, raced=True, runs=pick.runs)
     for config, r in relative.items():
         if config in out and config not in unsettled and not too_wide(r.low, r.high):
-            # the ratio's interval, or the pick's where the pick prints no one figure (nor can a multiple of it)
-            low, high = (pick.low * r.value, pick.high * r.value) if pick.wide else (pick.median * r.low, pick.median * r.high)
-            out[config] = Speed(pick.median * r.value, low, high, raced=True, ratio=r, runs=out[config].runs)
+            out[config] = Speed(pick.median * r.value, pick.low * r.value, pick.high * r.value, raced=True, ratio=r,
+                                runs=out[config].runs)
     return out
 
 

@@ -57,7 +57,7 @@ def run_leg(source: SpecRef | LoadedSpec, request: TrialRequest, configs: list[T
     return trials
 
 
-def leg_request(request: TrialRequest, sides: int = 1) -> TrialRequest:
+def leg_request(request: TrialRequest, sides: int) -> TrialRequest:
     """How a raced loader is asked for: its share of the warm-up, blocks cut by time (turns must stay
     short and alike), frozen between its turns; and a trial's time for each of the leg's ``sides``, since
     a side rests while the others take their turns (a disk-bound loader's turns took 10 s each, and a
