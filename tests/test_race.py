@@ -662,6 +662,13 @@ def test_a_scan_of_large_batches_tries_and_reports_the_heap_setting(tmp_path):
     heap = [t for t in result.trials if t.config.heap]
     assert heap and all(t.config.num_workers == 0 and t.config.heap >= 2 * 40 * 2**20 for t in heap)
     assert any(t.raced for t in heap)  # raced like any other config
+    from loadtune.analysis.footprint import fault_regimes
+    from loadtune.analysis.race import STATE_PROCESSES, state_processes_wanted
+    by = {c.config: c for c in result.configs}
+    defaults = by[result.recommendation.baseline]
+    assert state_processes_wanted(result.trials, by, defaults.config) == 0  # seen in enough processes, or no regime
+    if sum(t.ok for t in defaults.trials) >= STATE_PROCESSES or fault_regimes(defaults):
+        assert any("fresh processes" in n for n in result.notes) or fault_regimes(defaults)
     console = Console(record=True, width=200)
     console.print(trial_table(result))
     console.print(recommendation_panel(result))
@@ -734,6 +741,35 @@ def test_the_gain_over_defaults_that_take_fresh_pages_is_the_range_their_runs_sp
             assert rec.speedup_low < 3.0 <= rec.speedup_high
         else:
             assert rec.gain_unsettled is None and rec.speedup_pairs and rec.speedup == pytest.approx(3.0, rel=0.05)
+
+
+def test_defaults_whose_speed_follows_their_allocator_are_timed_in_enough_processes_to_see_its_states():
+    """PyTorch's defaults took each batch's pages fresh and the kept heap ran 3x them: their speed is
+    the state their allocator took on in each process, which a process draws by chance. Seen in one
+    state in three processes, they want three more; once two states showed, or six processes did, none.
+    Where keeping the heap does not move them, their states are no regime of their speed: none."""
+    from loadtune.analysis.race import STATE_PROCESSES, state_processes_wanted, states_note
+    from loadtune.model.results import by_config
+    heap = replace(W0, heap=64 * 2**20)
+
+    def wanted(trials):
+        by = {c.config: c for c in by_config(trials)}
+        return state_processes_wanted(trials, by, W0)
+
+    trials = [fake_trial(heap, 1500.0), fake_trial(W0, 500.0)]
+    trials += race_trials({heap: 1500.0, W0: 500.0}, legs=2, seed=6, block_noise=0.02)
+    trials = [faulted(t, 1.0 if t.config == W0 else 0.0) for t in trials]
+    assert STATE_PROCESSES == 6 and wanted(trials) == 3  # the screening's process and two legs'
+    one_state = trials + [faulted(fake_trial(W0, 520.0), 1.0) for _ in range(3)]
+    assert wanted(one_state) == 0
+    by = {c.config: c for c in by_config(one_state)}
+    assert "timed in 6 fresh processes" in states_note(by[W0]) and "one state showed in all of them (" in states_note(by[W0])
+    both = trials + [faulted(fake_trial(W0, 300.0), 2.0)]  # the samples' pages fresh too, in that process
+    assert wanted(both) == 0
+    by = {c.config: c for c in by_config(both)}
+    assert "both states showed" in states_note(by[W0]) and "10 MiB to 20 MiB" in states_note(by[W0])
+    unmoved = [t for t in trials if t.config != heap] + [faulted(fake_trial(heap, 520.0), 0.0)]
+    assert wanted(unmoved) == 0  # the heap kept ran within two runs' spread of them
 
 
 def test_fresh_pages_that_barely_move_the_defaults_leave_the_gain_an_interval():

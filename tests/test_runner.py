@@ -260,3 +260,16 @@ def test_a_killed_workers_segment_is_removed_even_before_the_worker_is_reaped():
             live.unlink(missing_ok=True)
     finally:
         os.waitpid(pid, 0)
+
+
+@pytest.mark.slow
+def test_a_trial_that_reaches_its_deadline_keeps_only_whole_blocks():
+    """A trial whose time runs out inside a block ends there, and that block is not kept: it ended at the
+    first batch past the deadline, after as little as one batch, where a block holds its time and whole
+    bursts of batches. Its rate would time where the deadline fell among the bursts, not the loader."""
+    config = TrialConfig(batch_size=8, num_workers=1, prefetch_factor=2)  # 24 ms a batch: 0.3 s blocks of ~12
+    timing = Timing(warmup_s=0.2, block_s=0.3, blocks=50, max_s=1.6)  # 50 blocks cannot fit: the deadline ends it
+    trial = run_trial(SpecRef.parse(SPECS / "sleep_dial.py"), quick_request(config, timing))
+    assert trial.status == "ok", trial.error
+    assert 1 <= len(trial.blocks) < 50
+    assert all(b.seconds >= timing.block_s for b in trial.blocks), [round(b.seconds, 3) for b in trial.blocks]

@@ -344,6 +344,37 @@ def pair_noise(trials: list[Trial], by: dict[TrialConfig, ConfigResult], a: Tria
     return run_noise(by_config([t for t in trials if not t.raced or (steady and t.config not in (a, b))]))
 
 
+# fresh processes, at least, that a config whose speed follows its allocator's state is timed in. Which state
+# a process lands in is chance: the heap's history, which Python's hash randomization and the address-space
+# layout shuffle from one process to the next (with both fixed, a process lands in the same state every time:
+# benchmarks/RESULTS.md, "Fresh pages"). Where one process in three lands in the rarer state, six show both
+# nine times in ten.
+STATE_PROCESSES = 6
+
+
+def state_processes_wanted(trials: list[Trial], by: dict[TrialConfig, ConfigResult], config: TrialConfig) -> int:
+    """How many more fresh processes ``config`` needs before the range of its speed can be said to span
+    its allocator's states: where it takes its batches' pages fresh and that state moves its speed
+    (``allocator_moves``), and its runs so far show one state (not ``fault_regimes``), up to
+    ``STATE_PROCESSES`` processes in all (each run is one: the screening's, each leg's, each round's);
+    else none. A training job's process draws its state as the scan's do, so a range that saw one state
+    says nothing of the other."""
+    c = by.get(config)
+    if c is None or not c.ok or not takes_fresh_pages(c) or fault_regimes(c) or not allocator_moves(trials, by, c):
+        return 0
+    return max(0, STATE_PROCESSES - sum(1 for t in c.trials if t.ok))
+
+
+def states_note(config: ConfigResult) -> str:
+    """What the processes timed for a config's allocator states found (``state_processes_wanted``)."""
+    runs = sum(1 for t in config.trials if t.ok)
+    found = ("both states showed" if fault_regimes(config) else
+             "one state showed in all of them (a rarer one, where there is one, came in none)")
+    return (f"{config.config.label()} was timed in {runs} fresh processes: its speed follows the state its allocator "
+            "takes on in each process by chance (the heap's history, which hash randomization and the address-space "
+            f"layout shuffle), as a training job's process does; {found}: {fresh_text(config)}")
+
+
 def allocator_regimes(trials: list[Trial], by: dict[TrialConfig, ConfigResult], configs: list[TrialConfig]) -> set[TrialConfig]:
     """Those of ``configs`` whose runs took pages in states of their allocator (``footprint.fault_regimes``)
     that move their speed (``allocator_moves``): their standing rests on a state the scan did not set."""

@@ -11,6 +11,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +26,8 @@ from loadtune.engine.distributed.agent import with_ranks
 from loadtune.analysis.budget import STARTUP_S, WARMUP_SHARE, RaceClock, mean_leg_s, measured_leg_s, screening_blocks
 from loadtune.analysis.bound import bound_by_storage
 from loadtune.analysis.pace import pace_wanted
-from loadtune.analysis.race import GAIN_WIDE, joined_note, precision_note, referee_note, unsettled_configs, unsettled_note
+from loadtune.analysis.race import (GAIN_WIDE, joined_note, precision_note, referee_note, state_processes_wanted, states_note,
+                                    unsettled_configs, unsettled_note)
 from loadtune.analysis.race import verdict as race_verdict
 from loadtune.engine.pace import SECONDS as PACE_S
 from loadtune.engine.pace import measure_pace
@@ -38,7 +40,7 @@ from loadtune.engine.trial.setup import LoaderOptions, scan_timing
 from loadtune.engine.trial.protocol import TrialRequest
 from loadtune.engine.trial.workload import StepWorkload
 from loadtune.model.config import Skip, TrialConfig, pytorch_default
-from loadtune.model.results import ScanResult
+from loadtune.model.results import ConfigResult, ScanResult
 from loadtune.model.scanfile import check_writable
 from loadtune.model.trial import Trial
 from loadtune.model.settings import ScanOptions
@@ -137,6 +139,7 @@ def execute(plan: Plan, json_path: str | Path | None = None, observer: ScanObser
     try:
         search(run)
         race_contenders(run)
+        allocator_states(run)
         other_state(run)
         diagnose(run)
         pace_beside_gain(run)
@@ -332,22 +335,52 @@ def race_contenders(run: Run) -> None:
 def referee_disputes(run: Run) -> int:
     """Pairs whose race ratio and runs alone disagree, timed again alone in fresh processes, back to
     back (``engine/referee.py``), within the budget. Returns the rounds run."""
-    result, opts, observer = run.plan.result, run.plan.options, run.observer
+    return referee(run.plan.result.trials, run.plan.options.noise_floor, partial(timed_alone, run),
+                   lambda trials: run.fits(trials + 1), partial(keep_trials, run))  # + the closing calibration
 
-    def run_alone(config: TrialConfig) -> Trial:
-        if observer:
-            observer.trial_started(len(result.trials), config, 1)
-        return run_trial(run.plan.source, screening(run.request_for(config), opts), observer.trial_event if observer else None)
 
-    def recorded(trials: list[Trial]) -> None:
-        for trial in trials:
-            result.trials.append(trial)
-            result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory, result.settings.current)
-            if observer:
-                observer.trial_finished(len(result.trials) - 1, trial, result)
+def allocator_states(run: Run) -> None:
+    """The baseline and the pick timed alone in more fresh processes, within the budget, where one's
+    speed follows its allocator's state and its runs so far showed one state
+    (``analysis.race.state_processes_wanted``): the range stated for it then spans the states a training
+    job's process can land in, and a note says what the processes found."""
+    result = run.plan.result
+    rec = result.recommendation
+    for config in dict.fromkeys(c for c in (rec.baseline, rec.config) if c is not None) if rec else ():
+        ran = 0
+        while run.fits(2) and state_processes_wanted(result.trials, by_result(result), config):  # + the calibration
+            trial = timed_alone(run, config)
+            keep_trials(run, [trial])
+            ran += 1
+            if not trial.ok:
+                break
+        note = states_note(by_result(result)[config]) if ran else None
+        if note and note not in result.notes:
+            result.notes.append(note)
         run.save()
 
-    return referee(result.trials, opts.noise_floor, run_alone, lambda trials: run.fits(trials + 1), recorded)  # + the closing calibration
+
+def by_result(result: ScanResult) -> dict[TrialConfig, ConfigResult]:
+    return {c.config: c for c in result.configs}
+
+
+def timed_alone(run: Run, config: TrialConfig) -> Trial:
+    """One run of ``config`` alone in a fresh process, as the screening times one."""
+    if run.observer:
+        run.observer.trial_started(len(run.plan.result.trials), config, 1)
+    return run_trial(run.plan.source, screening(run.request_for(config), run.plan.options),
+                     run.observer.trial_event if run.observer else None)
+
+
+def keep_trials(run: Run, trials: list[Trial]) -> None:
+    """``trials`` kept, the recommendation updated after each, the result saved."""
+    result, opts = run.plan.result, run.plan.options
+    for trial in trials:
+        result.trials.append(trial)
+        result.recommendation = recommend(result.trials, opts.noise_floor, opts.max_memory, result.settings.current)
+        if run.observer:
+            run.observer.trial_finished(len(result.trials) - 1, trial, result)
+    run.save()
 
 
 def run_quietly(run: Run, config: TrialConfig, round_: int) -> Trial:

@@ -180,6 +180,8 @@ def timed_blocks(meter: Meter, config: TrialConfig, timing: Timing, deadline: fl
     meter.mark = time.perf_counter()  # reading 64 workers' counters takes milliseconds, which are not the loader's
     while not enough(rates) and time.perf_counter() < deadline:
         block = meter.phase(timing.block_s, block_batches, deadline)
+        if meter.cut and rates:
+            break  # cut short by the deadline: its batches need not be whole bursts, and whole blocks exist
         if meter.mid_epoch(block):  # part of an epoch, before the first short one ended: warm-up
             if meter.count.sizes is not None:
                 meter.count.sizes.forget(block.samples, block.batches)

@@ -137,6 +137,7 @@ class Meter:
         self.mark = 0.0
         self.aligned = False  # set once a short epoch has ended: phases then end at epoch boundaries
         self.began_inside = False  # the current phase began inside an epoch
+        self.cut = False  # the last phase ended at its deadline, before its time, batches or epochs were whole
         self.epoch_started = 0.0
         self.epoch_times: list[float] = []  # seconds per epoch (its start-up included), as they end
         self.stats = consume if isinstance(consume, Consumer) else None  # bytes and waits per block
@@ -214,6 +215,7 @@ class Meter:
         samples = batches = epochs = 0
         waited = asked = 0.0  # host time inside next(): what a CPU consumer waits for data
         consume, time_waits = self._begin_block()
+        self.cut = False
         # the hot loop does only what this trial needs: a bare loop's work plus counting
         while True:
             if self.pending is not None:
@@ -232,7 +234,9 @@ class Meter:
                     now = self._end_epoch()
                     if self.cold:
                         self.paused += self._set_cold()
-                    if (batches >= min_batches and epochs >= whole and now - start >= min_s) or now > deadline:
+                    done = batches >= min_batches and epochs >= whole and now - start >= min_s
+                    if done or now > deadline:
+                        self.cut = not done
                         break
                     continue
             if consume is not None:
@@ -240,8 +244,10 @@ class Meter:
             samples += self.count(batch)
             batches += 1
             now = clock()
-            if now > deadline or (not self.aligned and batches >= min_batches and now - start >= min_s
-                                  and batches % multiple == 0 and settled()):
+            done = (not self.aligned and batches >= min_batches and now - start >= min_s
+                    and batches % multiple == 0 and settled())
+            if done or now > deadline:
+                self.cut = not done
                 break
         return self._end_block(start, samples, batches, epochs, waited, faulted_before, io_before)
 
