@@ -887,6 +887,30 @@ def test_rounds_too_rough_to_favour_either_reading_give_their_own_ratio():
     assert rounds_run == 3 and ruled.held is None and race_ratio(trials, W0, W2) == ruled.rounds
 
 
+def test_a_gain_the_rounds_left_too_wide_to_print_says_what_ruled_it_not_to_race_more():
+    """The README example: the race read w0 at 0.67x w2, their runs alone 0.80x, and four rounds alone
+    0.74, 0.53, 0.76, 0.95: neither reading held, the rounds' ratio stands and the gain spans more than
+    2x. More race legs would not narrow a gain the rounds ruled: the line says what ruled it and what
+    the race read, and does not send the user to --race-legs."""
+    from conftest import flat
+    from loadtune.analysis.noise import run_noise
+    from loadtune.report.gain import short_gain_text
+    trials = [fake_trial(W0, 800.0), fake_trial(W2, 1000.0)]
+    trials += race_trials({W0: 670.0, W2: 1000.0}, legs=3, seed=5, block_noise=0.02)
+    for number, r in enumerate((0.74, 0.53, 0.76, 0.95), 1):
+        for config, rate in ((W0, 1000.0 * r), (W2, 1000.0)):
+            trial = fake_trial(config, rate)
+            trial.referee = number
+            trials.append(trial)
+    result = empty_result()
+    result.trials = trials
+    rec = recommend(trials, FLOOR)
+    assert rec.config == W2 and rec.baseline == W0 and rec.speedup_rounds == 4
+    text = flat(short_gain_text(result, rec, run_noise(result.configs)))
+    assert "spans more than 2×" in text and "4 rounds timed alone in fresh processes" in text
+    assert "the race read 1.50×" in text and "--race-legs" not in text
+
+
 def test_a_race_its_runs_alone_agree_with_or_whose_runs_blocks_explain_the_gap_is_not_refereed():
     """Runs alone 3% off the race; and 28% off, but from runs whose own blocks spread ±60% (a
     handful of blocks a few hundredths of a second long): neither is a dispute."""

@@ -8,7 +8,7 @@ import math
 from loadtune.analysis.noise import RunNoise, alone, speeds_apart
 from loadtune.analysis.bound import bound_by_storage
 from loadtune.analysis.pace import gain_halfwidth, gain_pace_text, gain_storage_text, pace_wanted
-from loadtune.analysis.race import GAIN_WIDE
+from loadtune.analysis.race import GAIN_WIDE, by_rounds, leg_ratio
 from loadtune.analysis.view import too_wide
 from loadtune.analysis.recommend import defaults_versus
 from loadtune.model.results import ConfigResult, ScanResult
@@ -62,11 +62,22 @@ def short_gain_text(result: ScanResult, rec, noise: RunNoise) -> str:
         return gain_text(result, rec, noise)
     high = rec.speedup_high if rec.speedup_high is not None else math.inf
     if too_wide(rec.speedup_low, high):
-        return ("The gain over PyTorch's defaults is undecided: its interval spans more than 2× "
-                "(more race legs narrow it: --race-legs, --budget).\n")
+        return f"The gain over PyTorch's defaults is undecided: its interval spans more than 2× ({narrowing(result, rec)}).\n"
     how = (f"side by side in the race over {rec.speedup_pairs} turn pairs" if rec.speedup_pairs
            else speedup_how(rec).replace("measured ", ""))
     return f"{rec.speedup:.2f}× PyTorch's defaults (95% interval {rec.speedup_low:.2f}–{high:.2f}×), {how}{pace_beside(result, rec)}\n"
+
+
+def narrowing(result: ScanResult, rec) -> str:
+    """What a gain too wide to print rests on, and what would narrow it: more legs where the race
+    measured it; where the referee's rounds did (the race and the runs alone disagreed, and the rounds
+    could not say which held), more legs would not, and the two readings are said instead."""
+    if rec.speedup_rounds and by_rounds(result.trials, rec.config, rec.baseline):
+        raced = leg_ratio(result.trials, rec.config, rec.baseline)
+        race = f"; the race read {raced.text()}" if raced is not None else ""
+        return (f"{rec.speedup_rounds} rounds timed alone in fresh processes, which ruled it where the race and the "
+                f"runs alone disagreed{race}: runs alone spread too far apart here for a few rounds to narrow it")
+    return "more race legs narrow it: --race-legs, --budget"
 
 
 def pace_beside(result: ScanResult, rec) -> str:
