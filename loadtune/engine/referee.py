@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loadtune.analysis.comparison import UNDECIDED
-from loadtune.analysis.race import RACE_HELD, REFEREE_LEAST, disputes, referee_ratio, ruling, verdict
+from loadtune.analysis.race import REFEREE_LEAST, disputes, referee_ratio, ruling, verdict
 from loadtune.model.config import TrialConfig
 from loadtune.model.trial import Trial
 
@@ -58,6 +58,6 @@ def placed(trials: list[Trial], a: TrialConfig, b: TrialConfig, floor: float) ->
     neither reading is borne out but the rounds' ratio is placed would cost two trials and seldom
     decide between readings three rounds could not."""
     ruled = ruling(trials, a, b)
-    if ruled is None or ruled.held == RACE_HELD:
+    if ruled is None or ruled.ratio is ruled.raced:  # the race's reading stands
         return True
     return any(r is not None and r.against_floor(floor) != UNDECIDED for r in (ruled.rounds, referee_ratio(trials, b, a)))
