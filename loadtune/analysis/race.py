@@ -217,20 +217,18 @@ def ruling(trials: list[Trial], a: TrialConfig, b: TrialConfig) -> Ruling | None
         return None
     odds = t_odds(math.log(raced.value / rounds.value), math.log(solo / rounds.value), rounds.se, rounds.df)
     held = RACE_HELD if odds >= HELD_ODDS else ALONE_HELD if odds <= 1 / HELD_ODDS else None
-    return Ruling(raced, solo, rounds, held, within_spread(raced, solo, referee_logs(trials, a, b)))
+    return Ruling(raced, solo, rounds, held, within_spread(raced, solo, rounds))
 
 
-def within_spread(raced: Comparison, solo: float, logs: list[float]) -> bool:
+def within_spread(raced: Comparison, solo: float, rounds: Comparison) -> bool:
     """Whether one pair of runs alone lands ``solo`` from the race's reading by chance, judged by how far
     the referee's rounds (each a pair of runs alone in fresh processes) spread from one another: the
     gap within Student's t of the rounds' spread and the race's own error. The dispute was raised with
     the runs' blocks for their error; the rounds measure what a process pair adds (on the README
     example, rounds of 0.74, 0.53, 0.76 and 0.95: a pair reading 0.80 beside a race's 0.67 is no
-    disagreement)."""
-    if len(logs) < 2:
-        return False
-    spread = statistics.stdev(logs)
-    return abs(math.log(solo / raced.value)) <= t975(len(logs) - 1) * math.sqrt(spread ** 2 + raced.se ** 2)
+    disagreement). ``rounds`` is ``referee_ratio``'s: one round a group, so its ``within`` is the rounds'
+    own variance and its ``df`` theirs."""
+    return abs(math.log(solo / raced.value)) <= t975(rounds.df) * math.sqrt(rounds.within + raced.se ** 2)
 
 
 def t_odds(near: float, far: float, se: float, df: int) -> float:

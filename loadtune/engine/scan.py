@@ -357,7 +357,7 @@ def allocator_states(run: Run) -> None:
         note = states_note(by_result(result)[config]) if ran else None
         if note and note not in result.notes:
             result.notes.append(note)
-        run.save()
+            run.save()
 
 
 def by_result(result: ScanResult) -> dict[TrialConfig, ConfigResult]:
