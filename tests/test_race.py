@@ -246,9 +246,27 @@ def test_the_gain_over_the_baseline_races_on_toward_ten_percent_where_five_is_ou
     assert GAIN_WIDE < gain.halfwidth < 0.2
     assert next_leg(v, WIDE, FLOOR, 3, W2, {W0: gain}, legs_left=4) == []  # not the baseline: it rests
     assert next_leg(v, WIDE, FLOOR, 3, W2, {W0: gain}, legs_left=4, baseline=W0) == [W2, W0]
-    assert next_leg(v, WIDE, FLOOR, 3, W2, {W0: gain}, legs_left=1, baseline=W0) == []  # ±10% out of reach too
+    assert next_leg(v, WIDE, FLOOR, 3, W2, {W0: gain}, legs_left=1, baseline=W0) == [W2, W0]  # the last leg narrows it
+    assert next_leg(v, WIDE, FLOOR, 3, W2, {W0: gain}, legs_left=0, baseline=W0) == []
     within = race_ratio(legs_of([[0.08, -0.08, 0.0], [0.08, -0.08, 0.0]], W0, W2), W0, W2)
     assert WIDE < within.halfwidth <= GAIN_WIDE and next_leg(v, WIDE, FLOOR, 3, W2, {W0: within}, legs_left=1, baseline=W0) == []
+
+
+def test_a_wide_gain_races_every_leg_that_narrows_it_even_where_ten_percent_is_out_of_reach():
+    """Three legs of the README example's pick W2 against the defaults W0 that disagree (0.66×, 0.79×,
+    0.66×, as a scan on the 2-core VM read them): a t(3) interval, ±21%. The three legs left cannot bring
+    it within ±10%, which rested it before; they cut it to about ±10-11%, so it races on. A gain whose
+    spread is its turns' own, measured in ten legs, is narrowed by under a tenth by one more: it rests."""
+    from loadtune.analysis.race import GAIN_WIDE, LEADER, RaceVerdict, Standing, gain_worth_a_leg, worth_a_leg
+    v = RaceVerdict(W2, [Standing(W2, LEADER, None), Standing(W0, SLOWER, None)])
+    disagree = race_ratio(legs_of([[-0.516, -0.316, -0.416], [-0.336, -0.136, -0.236], [-0.516, -0.316, -0.416]], W0, W2),
+                          W0, W2)
+    assert 0.15 < disagree.halfwidth < 0.25 and not worth_a_leg(disagree, GAIN_WIDE, PAIRS_PER_LEG, legs_left=3)
+    assert gain_worth_a_leg(disagree, PAIRS_PER_LEG, legs_left=3)
+    assert next_leg(v, WIDE, FLOOR, 3, W2, {W0: disagree}, legs_left=3, baseline=W0) == [W2, W0]
+    steady = race_ratio(legs_of([[0.4, -0.4, 0.0]] * 10, W0, W2), W0, W2)
+    assert steady.halfwidth > GAIN_WIDE and after_more(steady, PAIRS_PER_LEG) > 0.9 * steady.halfwidth
+    assert next_leg(v, WIDE, FLOOR, 3, W2, {W0: steady}, legs_left=3, baseline=W0) == []
 
 
 def test_an_undecided_config_that_another_leg_could_not_decide_rests():
